@@ -1,0 +1,203 @@
+//! The tool descriptor: one tool as a catalog file declares it, whatever its format.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where a tool comes from. The source decides trust: only `openclaw` tools (core and
+/// plugins, shipped with the agent) have their parameter text indexed and their argument
+/// signature shown; MCP servers and clients are third parties whose schemas are shown only
+/// on `describe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Openclaw,
+    Mcp,
+    Client,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Openclaw => "openclaw",
+            Source::Mcp => "mcp",
+            Source::Client => "client",
+        }
+    }
+
+    pub fn is_trusted(self) -> bool {
+        self == Source::Openclaw
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `catalog` (the default) puts a tool behind search; `direct-only` keeps it out of the
+/// catalog and always visible to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CatalogMode {
+    #[default]
+    Catalog,
+    DirectOnly,
+}
+
+/// Whether a tool may run beside others in one batch of calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionMode {
+    #[default]
+    Parallel,
+    Sequential,
+}
+
+/// What runs a tool. An unknown `kind` is an error when the catalog loads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ExecutorSpec {
+    /// A templated answer: `{name}`, `{input}` (the arguments as compact JSON) and
+    /// `{args.KEY}` are replaced. Used by the demo catalog and QA.
+    Fixture {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// A program run without a shell, the arguments as JSON on stdin.
+    Command {
+        command: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
+    },
+    /// `tools/call` on an upstream MCP server.
+    Mcp { server: String, tool: String },
+    /// Relayed to the client that declared the tool.
+    Client,
+}
+
+/// A condition a tool needs to be offered. A failing signal hides the tool, and the
+/// catalog reports why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Availability {
+    /// An auth profile of this name is configured (`[auth] profiles`).
+    Auth(String),
+    /// A dotted key is set in the `[settings]` table of the config (not `false`, not empty).
+    Config(String),
+    /// An environment variable is set and not empty.
+    Env(String),
+    /// The plugin of this id is enabled (`[plugins]`).
+    #[serde(rename = "plugin-enabled")]
+    PluginEnabled(String),
+    /// A context fact: `key` (present) or `key=value` (equal), from `[context]`.
+    Context(String),
+    AllOf(Vec<Availability>),
+    AnyOf(Vec<Availability>),
+}
+
+/// One tool, normalised from any catalog format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDescriptor {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub label: Option<String>,
+    pub source: Source,
+    pub source_name: String,
+    pub catalog_mode: CatalogMode,
+    pub availability: Option<Availability>,
+    pub executor: Option<ExecutorSpec>,
+    pub tags: Vec<String>,
+    pub sort_key: Option<String>,
+    pub execution_mode: ExecutionMode,
+    /// Where the descriptor was read (`file#/tools/3`, `file line 7`), for diagnostics.
+    pub origin: String,
+}
+
+impl ToolDescriptor {
+    /// `{source}:{source_name}:{name}`.
+    pub fn id(&self) -> String {
+        tool_id(self.source, &self.source_name, &self.name)
+    }
+}
+
+pub fn tool_id(source: Source, source_name: &str, name: &str) -> String {
+    format!("{source}:{source_name}:{name}")
+}
+
+/// The name a server or plugin id takes inside ids: lowercase ASCII letters, digits, `_`
+/// and `-`; anything else becomes `_`. Keeps `:` (the id separator) out of source names.
+pub fn safe_name(raw: &str) -> String {
+    let cleaned: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if cleaned.is_empty() {
+        "unnamed".to_string()
+    } else {
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_join_source_source_name_and_name() {
+        assert_eq!(
+            tool_id(Source::Openclaw, "github", "create_issue"),
+            "openclaw:github:create_issue"
+        );
+        assert_eq!(
+            tool_id(Source::Client, "client", "pick_file"),
+            "client:client:pick_file"
+        );
+    }
+
+    #[test]
+    fn safe_names_drop_separators() {
+        assert_eq!(safe_name("My Server:v2"), "my_server_v2");
+        assert_eq!(safe_name("  "), "unnamed");
+        assert_eq!(safe_name("calendar-pro"), "calendar-pro");
+    }
+
+    #[test]
+    fn availability_parses_composed_signals() {
+        let a: Availability = serde_json::from_str(
+            r#"{"all_of": [{"env": "A"}, {"any_of": [{"auth": "gh"}, {"plugin-enabled": "x"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            Availability::AllOf(vec![
+                Availability::Env("A".into()),
+                Availability::AnyOf(vec![
+                    Availability::Auth("gh".into()),
+                    Availability::PluginEnabled("x".into())
+                ])
+            ])
+        );
+    }
+
+    #[test]
+    fn unknown_executor_kind_is_an_error() {
+        let e = serde_json::from_str::<ExecutorSpec>(r#"{"kind": "teleport"}"#).unwrap_err();
+        assert!(e.to_string().contains("teleport"), "{e}");
+    }
+}

@@ -1,0 +1,796 @@
+//! Reading catalog files in every format SPEC section 4 names.
+//!
+//! | shape | recognised by | source |
+//! |---|---|---|
+//! | descriptor file `{"tools": [...]}` | object with `tools`, no `inputSchema` | each descriptor's `source`, default `openclaw:core` |
+//! | plugin manifest `{"plugin": "id", "tools": [...]}` | a `plugin` key | `openclaw:<id>` |
+//! | MCP `tools/list` result `{"tools": [{"inputSchema"...}]}` | `inputSchema` in a tool, a `server` key, or a JSON-RPC envelope | `mcp:<server or file stem>` |
+//! | OpenAI `tools` array `[{"type": "function", ...}]` | a top-level array | `client:client` |
+//! | JSONL, one descriptor a line | the `.jsonl` extension | as for a descriptor file |
+//!
+//! A folder loads every `.json` and `.jsonl` file under it, sorted by path. Our own
+//! descriptor format is strict (an unknown key is an error, since it is almost always a
+//! typo that would silently drop a setting); MCP and OpenAI shapes are read leniently,
+//! because servers and clients add fields over time.
+//!
+//! A bad file fails the whole load with its path, the line or JSON pointer, and what is
+//! wrong: a catalog is never loaded half.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::descriptor::{
+    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Source, ToolDescriptor, safe_name,
+};
+use crate::error::{Error, Result};
+
+/// Bounds on what one descriptor may hold. Past these a file is refused, not trimmed: a
+/// 400 KB description or a schema nested 64 deep is a broken or hostile file, and trimming
+/// it silently would change what the tool means.
+pub mod limits {
+    pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+    pub const MAX_NAME_CHARS: usize = 128;
+    pub const MAX_DESCRIPTION_BYTES: usize = 64 * 1024;
+    pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+    /// JSON nesting of an input or output schema. Real schemas stay under 10.
+    pub const MAX_SCHEMA_DEPTH: usize = 32;
+}
+
+/// Loads one file or every catalog file under a folder.
+pub fn load_path(path: &Path) -> Result<Vec<ToolDescriptor>> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
+    if meta.is_dir() {
+        let mut files = Vec::new();
+        collect_catalog_files(path, &mut files)?;
+        files.sort();
+        if files.is_empty() {
+            tracing::warn!(folder = %path.display(), "no .json or .jsonl catalog files in folder");
+        }
+        let mut out = Vec::new();
+        for file in files {
+            out.extend(load_file(&file)?);
+        }
+        Ok(out)
+    } else {
+        load_file(path)
+    }
+}
+
+fn collect_catalog_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list folder: {e}")))?;
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list: {e}")))?;
+        let path = entry.path();
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            collect_catalog_files(&path, out)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("json" | "jsonl")
+        ) {
+            out.push(path);
+        } else {
+            tracing::debug!(file = %path.display(), "skipping a file that is not .json or .jsonl");
+        }
+    }
+    Ok(())
+}
+
+fn load_file(path: &Path) -> Result<Vec<ToolDescriptor>> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?
+        .len();
+    if len > limits::MAX_FILE_BYTES {
+        return Err(Error::bad_catalog(
+            path,
+            "file",
+            format!(
+                "file is {len} bytes; the limit is {} bytes",
+                limits::MAX_FILE_BYTES
+            ),
+        ));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::bad_catalog(
+            path,
+            format!("byte {}", e.utf8_error().valid_up_to()),
+            "not valid UTF-8",
+        )
+    })?;
+    parse_catalog_text(path, &text)
+}
+
+/// Parses the text of one catalog file; `path` names it in errors and decides JSON or JSONL.
+pub fn parse_catalog_text(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
+    let jsonl = path.extension().and_then(|e| e.to_str()) == Some("jsonl");
+    if jsonl {
+        parse_jsonl(path, text)
+    } else {
+        parse_json(path, text)
+    }
+}
+
+fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Value = serde_json::from_str(line).map_err(|e| {
+            Error::bad_catalog(
+                path,
+                format!("line {line_no}, column {}", e.column()),
+                e.to_string(),
+            )
+        })?;
+        let at = |pointer: &str| format!("line {line_no}{}", pointer_suffix(pointer));
+        let raw: RawDescriptor =
+            typed(value).map_err(|(p, m)| Error::bad_catalog(path, at(&p), m))?;
+        let origin = format!("{} line {line_no}", path.display());
+        out.push(
+            raw.into_descriptor(Defaults::descriptor_file(), origin)
+                .map_err(|(p, m)| Error::bad_catalog(path, at(&p), m))?,
+        );
+    }
+    Ok(out)
+}
+
+fn parse_json(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
+    let mut value: Value = serde_json::from_str(text).map_err(|e| {
+        Error::bad_catalog(
+            path,
+            format!("line {}, column {}", e.line(), e.column()),
+            e.to_string(),
+        )
+    })?;
+    let mut base = String::new();
+    // A saved JSON-RPC response to `tools/list`: read its `result`.
+    if let Some(obj) = value.as_object_mut()
+        && obj.contains_key("jsonrpc")
+    {
+        match obj.remove("result") {
+            Some(result) => {
+                value = result;
+                base.push_str("/result");
+            }
+            None => {
+                return Err(Error::bad_catalog(
+                    path,
+                    "/",
+                    "a JSON-RPC message without `result` (an error response?) holds no tools",
+                ));
+            }
+        }
+    }
+    let fail = |pointer: String, message: String| {
+        Error::bad_catalog(path, format!("{base}{pointer}").replace("//", "/"), message)
+    };
+    match value {
+        Value::Array(items) => parse_openai_tools(path, items).map_err(|(p, m)| fail(p, m)),
+        Value::Object(ref obj) => {
+            let is_mcp = obj.contains_key("server")
+                || obj.contains_key("nextCursor")
+                || obj
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .is_some_and(|tools| tools.iter().any(|t| t.get("inputSchema").is_some()));
+            if is_mcp {
+                parse_mcp_result(path, value).map_err(|(p, m)| fail(p, m))
+            } else {
+                parse_manifest(path, value).map_err(|(p, m)| fail(p, m))
+            }
+        }
+        _ => Err(fail(
+            "/".into(),
+            "expected an object with `tools` or an array of OpenAI tools".into(),
+        )),
+    }
+}
+
+/// A failure inside a document: (JSON pointer, message).
+type Located = (String, String);
+
+/// Deserializes with the JSON pointer of the first failure.
+fn typed<T: for<'de> Deserialize<'de>>(value: Value) -> std::result::Result<T, Located> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let pointer = pointer_of(e.path());
+        (pointer, e.into_inner().to_string())
+    })
+}
+
+fn pointer_of(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                out.push('/');
+                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { variant } => {
+                out.push('/');
+                out.push_str(variant);
+            }
+            Segment::Unknown => out.push_str("/?"),
+        }
+    }
+    if out.is_empty() { "/".into() } else { out }
+}
+
+fn pointer_suffix(pointer: &str) -> String {
+    if pointer == "/" || pointer.is_empty() {
+        String::new()
+    } else {
+        format!(", {pointer}")
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    #[serde(default)]
+    plugin: Option<String>,
+    #[serde(default, rename = "$schema")]
+    _schema: Option<String>,
+    #[serde(default)]
+    _comment: Option<Value>,
+    tools: Vec<Value>,
+}
+
+fn parse_manifest(path: &Path, value: Value) -> std::result::Result<Vec<ToolDescriptor>, Located> {
+    let manifest: RawManifest = typed(value)?;
+    let defaults = match &manifest.plugin {
+        Some(plugin) => {
+            if plugin.is_empty() || safe_name(plugin) != *plugin {
+                return Err((
+                    "/plugin".into(),
+                    format!(
+                        "plugin id `{plugin}` must be lowercase letters, digits, `_` or `-` (try `{}`)",
+                        safe_name(plugin)
+                    ),
+                ));
+            }
+            Defaults::plugin(plugin)
+        }
+        None => Defaults::descriptor_file(),
+    };
+    let mut out = Vec::with_capacity(manifest.tools.len());
+    for (i, tool) in manifest.tools.into_iter().enumerate() {
+        let at = |(p, m): Located| (format!("/tools/{i}{}", p.trim_end_matches('/')), m);
+        let raw: RawDescriptor = typed(tool).map_err(at)?;
+        let origin = format!("{}#/tools/{i}", path.display());
+        out.push(raw.into_descriptor(defaults.clone(), origin).map_err(at)?);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct RawMcpResult {
+    #[serde(default)]
+    server: Option<String>,
+    tools: Vec<RawMcpTool>,
+}
+
+/// A tool as MCP's `tools/list` returns it. Unknown fields (annotations, icons, `_meta`)
+/// are accepted and ignored: they are the server's, not ours to police.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawMcpTool {
+    name: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    input_schema: Value,
+    #[serde(default)]
+    output_schema: Option<Value>,
+}
+
+fn parse_mcp_result(
+    path: &Path,
+    value: Value,
+) -> std::result::Result<Vec<ToolDescriptor>, Located> {
+    let result: RawMcpResult = typed(value)?;
+    let server = match result.server {
+        Some(s) => s,
+        None => path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let server = safe_name(&server);
+    let mut out = Vec::with_capacity(result.tools.len());
+    for (i, tool) in result.tools.into_iter().enumerate() {
+        let descriptor = ToolDescriptor {
+            executor: Some(ExecutorSpec::Mcp {
+                server: server.clone(),
+                tool: tool.name.clone(),
+            }),
+            name: tool.name,
+            description: tool.description.unwrap_or_default(),
+            input_schema: tool.input_schema,
+            output_schema: tool.output_schema,
+            label: tool.title,
+            source: Source::Mcp,
+            source_name: server.clone(),
+            catalog_mode: CatalogMode::Catalog,
+            availability: None,
+            tags: Vec::new(),
+            sort_key: None,
+            execution_mode: ExecutionMode::Parallel,
+            origin: format!("{}#/tools/{i}", path.display()),
+        };
+        validate(&descriptor).map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
+        out.push(descriptor);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct RawOpenAiTool {
+    #[serde(rename = "type")]
+    kind: String,
+    /// Chat Completions nests the function; Responses puts its fields at the top.
+    #[serde(default)]
+    function: Option<RawOpenAiFunction>,
+    #[serde(flatten)]
+    flat: RawOpenAiFunctionFlat,
+}
+
+#[derive(Deserialize)]
+struct RawOpenAiFunction {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawOpenAiFunctionFlat {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+fn parse_openai_tools(
+    path: &Path,
+    items: Vec<Value>,
+) -> std::result::Result<Vec<ToolDescriptor>, Located> {
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |(p, m): Located| (format!("/{i}{}", p.trim_end_matches('/')), m);
+        let raw: RawOpenAiTool = typed(item).map_err(at)?;
+        if raw.kind != "function" {
+            return Err((
+                format!("/{i}/type"),
+                format!(
+                    "tool type `{}` is not supported; only `function` tools can be cataloged",
+                    raw.kind
+                ),
+            ));
+        }
+        let (name, description, parameters) = match raw.function {
+            Some(f) => (f.name, f.description, f.parameters),
+            None => match raw.flat.name {
+                Some(name) => (name, raw.flat.description, raw.flat.parameters),
+                None => {
+                    return Err((
+                        format!("/{i}"),
+                        "a function tool needs `function.name` (Chat Completions) or `name` (Responses)"
+                            .into(),
+                    ));
+                }
+            },
+        };
+        let descriptor = ToolDescriptor {
+            name,
+            description: description.unwrap_or_default(),
+            input_schema: parameters.unwrap_or_else(empty_object_schema),
+            output_schema: None,
+            label: None,
+            source: Source::Client,
+            source_name: "client".into(),
+            catalog_mode: CatalogMode::Catalog,
+            availability: None,
+            executor: Some(ExecutorSpec::Client),
+            tags: Vec::new(),
+            sort_key: None,
+            execution_mode: ExecutionMode::Parallel,
+            origin: format!("{}#/{i}", path.display()),
+        };
+        validate(&descriptor).map_err(at)?;
+        out.push(descriptor);
+    }
+    Ok(out)
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// Our own descriptor format (SPEC section 4). Strict: an unknown key is an error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default = "empty_object_schema")]
+    input_schema: Value,
+    #[serde(default)]
+    output_schema: Option<Value>,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    source: Option<Source>,
+    #[serde(default)]
+    source_name: Option<String>,
+    #[serde(default)]
+    catalog_mode: CatalogMode,
+    #[serde(default)]
+    availability: Option<Availability>,
+    #[serde(default)]
+    executor: Option<ExecutorSpec>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    sort_key: Option<String>,
+    #[serde(default)]
+    execution_mode: ExecutionMode,
+}
+
+/// What a file's context says about descriptors that do not name their source.
+#[derive(Clone)]
+struct Defaults {
+    source: Source,
+    source_name: String,
+    /// In a plugin manifest the plugin id is the only possible source.
+    locked: bool,
+}
+
+impl Defaults {
+    fn descriptor_file() -> Self {
+        Defaults {
+            source: Source::Openclaw,
+            source_name: "core".into(),
+            locked: false,
+        }
+    }
+
+    fn plugin(id: &str) -> Self {
+        Defaults {
+            source: Source::Openclaw,
+            source_name: id.into(),
+            locked: true,
+        }
+    }
+}
+
+impl RawDescriptor {
+    fn into_descriptor(
+        self,
+        defaults: Defaults,
+        origin: String,
+    ) -> std::result::Result<ToolDescriptor, Located> {
+        if defaults.locked {
+            if self.source.is_some_and(|s| s != defaults.source) {
+                return Err((
+                    "/source".into(),
+                    "a plugin manifest's tools are `openclaw` tools; remove `source`".into(),
+                ));
+            }
+            if self
+                .source_name
+                .as_ref()
+                .is_some_and(|s| *s != defaults.source_name)
+            {
+                return Err((
+                    "/source_name".into(),
+                    format!(
+                        "a tool of plugin `{}` cannot name another source; remove `source_name`",
+                        defaults.source_name
+                    ),
+                ));
+            }
+        }
+        let source = self.source.unwrap_or(defaults.source);
+        let source_name = match (self.source_name, source) {
+            (Some(name), _) => name,
+            (None, Source::Openclaw) => defaults.source_name,
+            (None, Source::Client) => "client".into(),
+            (None, Source::Mcp) => {
+                return Err((
+                    "/source_name".into(),
+                    "an `mcp` tool needs `source_name`: the server's name".into(),
+                ));
+            }
+        };
+        if source_name.is_empty() || safe_name(&source_name) != source_name {
+            return Err((
+                "/source_name".into(),
+                format!(
+                    "source name `{source_name}` must be lowercase letters, digits, `_` or `-` (try `{}`)",
+                    safe_name(&source_name)
+                ),
+            ));
+        }
+        let descriptor = ToolDescriptor {
+            name: self.name,
+            description: self.description,
+            input_schema: self.input_schema,
+            output_schema: self.output_schema,
+            label: self.label,
+            source,
+            source_name,
+            catalog_mode: self.catalog_mode,
+            availability: self.availability,
+            executor: self.executor,
+            tags: self.tags,
+            sort_key: self.sort_key,
+            execution_mode: self.execution_mode,
+            origin,
+        };
+        validate(&descriptor)?;
+        Ok(descriptor)
+    }
+}
+
+/// The checks every descriptor passes, whatever format it came in.
+pub(crate) fn validate(d: &ToolDescriptor) -> std::result::Result<(), Located> {
+    let name_chars = d.name.chars().count();
+    if name_chars == 0 {
+        return Err(("/name".into(), "tool name is empty".into()));
+    }
+    if name_chars > limits::MAX_NAME_CHARS {
+        return Err((
+            "/name".into(),
+            format!(
+                "tool name is {name_chars} characters; the limit is {}",
+                limits::MAX_NAME_CHARS
+            ),
+        ));
+    }
+    if let Some(bad) = d
+        .name
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || *c == ':')
+    {
+        return Err((
+            "/name".into(),
+            format!(
+                "tool name `{}` contains {bad:?}; names may not hold whitespace, control characters or `:` (the id separator)",
+                d.name.escape_debug()
+            ),
+        ));
+    }
+    if d.description.len() > limits::MAX_DESCRIPTION_BYTES {
+        return Err((
+            "/description".into(),
+            format!(
+                "description is {} bytes; the limit is {} bytes",
+                d.description.len(),
+                limits::MAX_DESCRIPTION_BYTES
+            ),
+        ));
+    }
+    check_schema("/input_schema", &d.input_schema)?;
+    if let Some(output) = &d.output_schema {
+        check_schema("/output_schema", output)?;
+    }
+    if let Some(ExecutorSpec::Command { command, .. }) = &d.executor
+        && command.first().is_none_or(|p| p.is_empty())
+    {
+        return Err((
+            "/executor/command".into(),
+            "a command executor needs the program as the first element".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<(), Located> {
+    if !schema.is_object() {
+        return Err((
+            pointer.into(),
+            format!(
+                "a schema must be a JSON object, not {}",
+                json_type_name(schema)
+            ),
+        ));
+    }
+    let depth = json_depth(schema);
+    if depth > limits::MAX_SCHEMA_DEPTH {
+        return Err((
+            pointer.into(),
+            format!(
+                "schema is nested {depth} levels deep; the limit is {}",
+                limits::MAX_SCHEMA_DEPTH
+            ),
+        ));
+    }
+    let bytes = serde_json::to_vec(schema).map(|v| v.len()).unwrap_or(0);
+    if bytes > limits::MAX_SCHEMA_BYTES {
+        return Err((
+            pointer.into(),
+            format!(
+                "schema is {bytes} bytes; the limit is {} bytes",
+                limits::MAX_SCHEMA_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Nesting depth of a JSON value, counted without recursion so that no input can
+/// overflow the stack (serde_json already caps parsing at 128 levels).
+pub(crate) fn json_depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        max = max.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(name: &str, text: &str) -> Result<Vec<ToolDescriptor>> {
+        parse_catalog_text(Path::new(name), text)
+    }
+
+    #[test]
+    fn descriptor_file_defaults_to_openclaw_core() {
+        let tools = parse(
+            "a.json",
+            r#"{"tools": [{"name": "message", "description": "Send", "executor": {"kind": "fixture", "text": "ok"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(tools[0].id(), "openclaw:core:message");
+    }
+
+    #[test]
+    fn plugin_manifest_sets_the_source_name() {
+        let tools = parse(
+            "gh.json",
+            r#"{"plugin": "github", "tools": [{"name": "create_issue"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(tools[0].id(), "openclaw:github:create_issue");
+    }
+
+    #[test]
+    fn plugin_tool_cannot_claim_another_source() {
+        let e = parse(
+            "gh.json",
+            r#"{"plugin": "github", "tools": [{"name": "x", "source": "mcp", "source_name": "y"}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("/tools/0/source"), "{e}");
+    }
+
+    #[test]
+    fn mcp_result_uses_server_or_file_stem() {
+        let tools = parse(
+            "dir/Everything.json",
+            r#"{"tools": [{"name": "echo", "inputSchema": {"type": "object"}, "annotations": {}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(tools[0].id(), "mcp:everything:echo");
+        assert_eq!(
+            tools[0].executor,
+            Some(ExecutorSpec::Mcp {
+                server: "everything".into(),
+                tool: "echo".into()
+            })
+        );
+        let tools = parse(
+            "x.json",
+            r#"{"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "echo", "inputSchema": {}}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(tools[0].id(), "mcp:x:echo");
+    }
+
+    #[test]
+    fn openai_tools_of_both_shapes_are_client_tools() {
+        let tools = parse(
+            "t.json",
+            r#"[{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+                {"type": "function", "name": "b", "description": "B"}]"#,
+        )
+        .unwrap();
+        assert_eq!(tools[0].id(), "client:client:a");
+        assert_eq!(tools[1].id(), "client:client:b");
+        assert_eq!(tools[1].description, "B");
+    }
+
+    #[test]
+    fn jsonl_errors_name_the_line_and_pointer() {
+        let e = parse(
+            "t.jsonl",
+            "{\"name\": \"a\"}\n\n{\"name\": \"b\", \"executor\": {\"kind\": \"teleport\"}}\n",
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("t.jsonl: line 3, /executor"), "{text}");
+        assert!(text.contains("teleport"), "{text}");
+        let e = parse("t.jsonl", "{\"name\": \"a\"\n").unwrap_err();
+        assert!(e.to_string().contains("line 1, column"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_unknown_keys_name_the_pointer() {
+        let e = parse("t.json", r#"{"tools": [{"name": 3}]}"#).unwrap_err();
+        assert!(e.to_string().contains("/tools/0/name"), "{e}");
+        assert!(e.to_string().contains("expected a string"), "{e}");
+        let e = parse(
+            "t.json",
+            r#"{"tools": [{"name": "a", "descripton": "typo"}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("descripton"), "{e}");
+        let e = parse("t.json", r#"{"tool": []}"#).unwrap_err();
+        assert!(e.to_string().contains("tool"), "{e}");
+    }
+
+    #[test]
+    fn oversized_and_deep_inputs_are_refused() {
+        let big = "x".repeat(400 * 1024);
+        let text = format!(r#"{{"tools": [{{"name": "a", "description": "{big}"}}]}}"#);
+        let e = parse("t.json", &text).unwrap_err();
+        assert!(e.to_string().contains("/tools/0/description"), "{e}");
+        assert!(e.to_string().contains("409600 bytes"), "{e}");
+
+        // 64 levels of JSON nesting: 32 schemas, each an object holding `properties`.
+        let mut schema = String::from(r#"{"type": "object"}"#);
+        for _ in 0..32 {
+            schema = format!(r#"{{"type": "object", "properties": {{"a": {schema}}}}}"#);
+        }
+        let text = format!(r#"{{"tools": [{{"name": "a", "input_schema": {schema}}}]}}"#);
+        let e = parse("t.json", &text).unwrap_err();
+        assert!(e.to_string().contains("/tools/0/input_schema"), "{e}");
+        assert!(e.to_string().contains("levels deep"), "{e}");
+    }
+
+    #[test]
+    fn names_with_separators_are_refused() {
+        let e = parse("t.json", r#"{"tools": [{"name": "a:b"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("id separator"), "{e}");
+        let e = parse("t.json", r#"{"tools": [{"name": ""}]}"#).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+    }
+}

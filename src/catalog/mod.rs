@@ -1,0 +1,530 @@
+//! The catalog: every tool the agent may use, planned, filtered and indexed.
+//!
+//! A [`Catalog`] is built whole from descriptors and a config ([`Catalog::build`]): load
+//! ([`load`]), plan ([`plan`]: merge, policy, availability, contract checks), compact
+//! ([`compact`]) and index ([`crate::search`]). It is immutable; a change of tools or policy
+//! builds a new one, so no reader ever sees half an update.
+//!
+//! It answers the three questions every surface asks: search (compact descriptors, best
+//! first), describe (one entry with its full schemas) and resolve (an id or exact unique
+//! name to an entry, or a typed error with suggestions). It never runs a tool: that is
+//! `dispatch`'s job.
+
+pub mod compact;
+pub mod descriptor;
+pub mod embedded;
+pub mod load;
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use compact::CompactDescriptor;
+pub use descriptor::{
+    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Source, ToolDescriptor, safe_name,
+    tool_id,
+};
+pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
+
+use crate::config::{Config, ToolSearchSettings};
+use crate::error::{Error, Result};
+use crate::search::{IndexDoc, SearchIndex};
+
+/// Batch search bounds (SPEC section 6).
+pub mod batch_limits {
+    pub const MAX_QUERIES: usize = 16;
+    pub const MAX_QUERY_BYTES: usize = 512;
+    pub const MAX_TOTAL_RESULTS: usize = 50;
+    /// The serialized response is kept under this many bytes by dropping the
+    /// lowest-ranked candidates: about 6k tokens, a sane share of a context window.
+    pub const MAX_RESPONSE_BYTES: usize = 24 * 1024;
+}
+
+/// Suggestions offered for an unknown id.
+const MAX_SUGGESTIONS: usize = 3;
+
+/// One visible tool with its precomputed compact form.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub descriptor: ToolDescriptor,
+    pub id: String,
+    pub compact: CompactDescriptor,
+}
+
+impl Entry {
+    fn new(descriptor: ToolDescriptor) -> Self {
+        Entry {
+            id: descriptor.id(),
+            compact: CompactDescriptor::of(&descriptor),
+            descriptor,
+        }
+    }
+
+    pub fn index_doc(&self) -> IndexDoc {
+        index_doc(&self.descriptor, &self.id)
+    }
+}
+
+/// The index's view of a descriptor. `id` is a parameter so that `eval` can keep a data
+/// set's own ids while indexing exactly as production does.
+pub fn index_doc(d: &ToolDescriptor, id: &str) -> IndexDoc {
+    let mut label = d.label.clone().unwrap_or_default();
+    for tag in &d.tags {
+        label.push(' ');
+        label.push_str(tag);
+    }
+    IndexDoc {
+        id: id.to_string(),
+        name: d.name.clone(),
+        label,
+        description: d.description.clone(),
+        params: if d.source.is_trusted() {
+            IndexDoc::param_text(&d.input_schema)
+        } else {
+            String::new()
+        },
+        source: format!("{} {}", d.source, d.source_name),
+    }
+}
+
+/// `describe`'s answer: the compact descriptor plus the full schemas.
+#[derive(Debug, Clone, Serialize)]
+pub struct Description {
+    #[serde(flatten)]
+    pub compact: CompactDescriptor,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub catalog_mode: CatalogMode,
+    pub execution_mode: ExecutionMode,
+}
+
+/// One query of a batch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchQuery {
+    pub query: String,
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchGroup {
+    pub query: String,
+    pub candidates: Vec<CompactDescriptor>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchResult {
+    pub results: Vec<BatchGroup>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Debug)]
+pub struct Catalog {
+    /// Cataloged entries first (positions match the index), then direct-only ones.
+    entries: Vec<Entry>,
+    cataloged: usize,
+    hidden: Vec<HiddenTool>,
+    notices: Vec<Notice>,
+    filtered: usize,
+    index: SearchIndex,
+    by_id: HashMap<String, usize>,
+    by_name: HashMap<String, Vec<usize>>,
+    settings: ToolSearchSettings,
+}
+
+/// Counts by source, for `catalog` and telemetry.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Counts {
+    pub cataloged: usize,
+    pub direct_only: usize,
+    pub hidden: usize,
+    pub by_source: BTreeMap<String, usize>,
+}
+
+impl Catalog {
+    /// Plans and indexes `descriptors` under `config`.
+    pub fn build(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Self> {
+        let plan = plan::plan(descriptors, facts)?;
+        let cataloged = plan.cataloged.len();
+        let entries: Vec<Entry> = plan
+            .cataloged
+            .into_iter()
+            .chain(plan.direct_only)
+            .map(Entry::new)
+            .collect();
+        let docs: Vec<IndexDoc> = entries[..cataloged].iter().map(Entry::index_doc).collect();
+        let index = SearchIndex::build(&docs)?;
+        let mut by_id = HashMap::with_capacity(entries.len());
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            by_id.insert(e.id.clone(), i);
+            by_name
+                .entry(e.descriptor.name.clone())
+                .or_default()
+                .push(i);
+        }
+        Ok(Catalog {
+            entries,
+            cataloged,
+            hidden: plan.hidden,
+            notices: plan.notices,
+            filtered: plan.filtered,
+            index,
+            by_id,
+            by_name,
+            settings: facts.config.tools.tool_search.clone(),
+        })
+    }
+
+    /// Loads the catalog paths (or the embedded demo when there are none) and builds.
+    pub fn load(config: &Config, paths: &[std::path::PathBuf]) -> Result<Self> {
+        let paths: Vec<_> = if paths.is_empty() {
+            config.catalog.paths.clone()
+        } else {
+            paths.to_vec()
+        };
+        let descriptors = if paths.is_empty() {
+            embedded::demo_descriptors()?
+        } else {
+            let mut all = Vec::new();
+            for p in &paths {
+                all.extend(load::load_path(p)?);
+            }
+            all
+        };
+        Catalog::build(
+            descriptors,
+            &Facts {
+                config,
+                env: &Facts::process_env,
+            },
+        )
+    }
+
+    pub fn settings(&self) -> &ToolSearchSettings {
+        &self.settings
+    }
+
+    /// The entries behind search, sorted.
+    pub fn cataloged(&self) -> &[Entry] {
+        &self.entries[..self.cataloged]
+    }
+
+    /// The direct-only entries, sorted.
+    pub fn direct_only(&self) -> &[Entry] {
+        &self.entries[self.cataloged..]
+    }
+
+    pub fn hidden(&self) -> &[HiddenTool] {
+        &self.hidden
+    }
+
+    pub fn notices(&self) -> &[Notice] {
+        &self.notices
+    }
+
+    /// How many tools the policy or `tools.active` removed.
+    pub fn filtered(&self) -> usize {
+        self.filtered
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut by_source = BTreeMap::new();
+        for e in &self.entries {
+            *by_source
+                .entry(e.descriptor.source.as_str().to_string())
+                .or_insert(0) += 1;
+        }
+        Counts {
+            cataloged: self.cataloged,
+            direct_only: self.entries.len() - self.cataloged,
+            hidden: self.hidden.len(),
+            by_source,
+        }
+    }
+
+    /// The effective limit for a requested one: the default when absent, clamped to the max.
+    pub fn effective_limit(&self, requested: Option<usize>) -> usize {
+        requested
+            .unwrap_or(self.settings.search_default_limit)
+            .clamp(1, self.settings.max_search_limit)
+    }
+
+    /// One search, best first. `limit` defaults to `searchDefaultLimit` and is clamped to
+    /// `maxSearchLimit`. The same rules and bounds as one query of a batch.
+    pub fn search(&self, query: &str, limit: Option<usize>) -> Result<Vec<CompactDescriptor>> {
+        let mut batch = self.search_batch(&[BatchQuery {
+            query: query.to_string(),
+            limit,
+        }])?;
+        Ok(batch
+            .results
+            .pop()
+            .map(|g| g.candidates)
+            .unwrap_or_default())
+    }
+
+    /// Up to 16 queries; groups in request order; at most 50 candidates in all and a
+    /// response under [`batch_limits::MAX_RESPONSE_BYTES`], dropping the lowest-ranked
+    /// candidates (the deepest ranks, across groups) first.
+    pub fn search_batch(&self, queries: &[BatchQuery]) -> Result<BatchResult> {
+        use batch_limits::*;
+        if queries.is_empty() {
+            return Err(Error::InvalidRequest(
+                "a batch search needs at least one query".into(),
+            ));
+        }
+        if queries.len() > MAX_QUERIES {
+            return Err(Error::InvalidRequest(format!(
+                "a batch search takes at most {MAX_QUERIES} queries; got {}",
+                queries.len()
+            )));
+        }
+        for (i, q) in queries.iter().enumerate() {
+            if q.query.len() > MAX_QUERY_BYTES {
+                return Err(Error::InvalidRequest(format!(
+                    "query {} is {} bytes; the limit is {MAX_QUERY_BYTES} bytes",
+                    i + 1,
+                    q.query.len()
+                )));
+            }
+        }
+        let mut groups: Vec<BatchGroup> = queries
+            .iter()
+            .map(|q| {
+                let limit = self.effective_limit(q.limit);
+                BatchGroup {
+                    query: q.query.clone(),
+                    candidates: self
+                        .index
+                        .search(&q.query, limit)
+                        .into_iter()
+                        .map(|h| self.entries[h.ord].compact.clone())
+                        .collect(),
+                    truncated: false,
+                }
+            })
+            .collect();
+        let mut truncated = false;
+        let total = |g: &[BatchGroup]| g.iter().map(|g| g.candidates.len()).sum::<usize>();
+        while total(&groups) > MAX_TOTAL_RESULTS || response_bytes(&groups) > MAX_RESPONSE_BYTES {
+            // The group whose last candidate sits deepest loses it; ties go to the later
+            // query, so earlier queries keep more.
+            let Some(g) = groups
+                .iter_mut()
+                .filter(|g| !g.candidates.is_empty())
+                .max_by_key(|g| g.candidates.len())
+            else {
+                break;
+            };
+            g.candidates.pop();
+            g.truncated = true;
+            truncated = true;
+        }
+        Ok(BatchResult {
+            results: groups,
+            truncated,
+        })
+    }
+
+    /// Finds an entry by id, or by exact unique name.
+    pub fn resolve(&self, requested: &str) -> Result<&Entry> {
+        let requested = requested.trim();
+        if let Some(&i) = self.by_id.get(requested) {
+            return Ok(&self.entries[i]);
+        }
+        if let Some(found) = self.by_name.get(requested) {
+            return match found.as_slice() {
+                [i] => Ok(&self.entries[*i]),
+                many => Err(Error::AmbiguousTool {
+                    name: requested.to_string(),
+                    candidates: many.iter().map(|&i| self.entries[i].id.clone()).collect(),
+                }),
+            };
+        }
+        if let Some(h) = self
+            .hidden
+            .iter()
+            .find(|h| h.id == requested || h.name == requested)
+        {
+            return Err(Error::UnavailableTool {
+                id: h.id.clone(),
+                reason: h
+                    .diagnostics
+                    .iter()
+                    .map(|d| d.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        Err(Error::UnknownTool {
+            requested: requested.to_string(),
+            suggestions: self.suggest(requested),
+            hint: String::new(),
+        })
+    }
+
+    /// `describe`: the entry with its full schemas.
+    pub fn describe(&self, requested: &str) -> Result<Description> {
+        let e = self.resolve(requested)?;
+        Ok(Description {
+            compact: e.compact.clone(),
+            input_schema: e.descriptor.input_schema.clone(),
+            output_schema: e.descriptor.output_schema.clone(),
+            catalog_mode: e.descriptor.catalog_mode,
+            execution_mode: e.descriptor.execution_mode,
+        })
+    }
+
+    /// Up to three ids close to an unknown one: by edit distance to names and ids, then by
+    /// search on its words.
+    pub fn suggest(&self, requested: &str) -> Vec<String> {
+        let wanted = requested.to_lowercase();
+        let wanted_name = wanted.rsplit(':').next().unwrap_or(&wanted).to_string();
+        let mut scored: Vec<(f64, usize)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let by_id = strsim::normalized_levenshtein(&wanted, &e.id.to_lowercase());
+                let by_name =
+                    strsim::normalized_levenshtein(&wanted_name, &e.descriptor.name.to_lowercase());
+                (by_id.max(by_name), i)
+            })
+            .filter(|(s, _)| *s >= 0.5)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut out: Vec<String> = scored
+            .into_iter()
+            .take(MAX_SUGGESTIONS)
+            .map(|(_, i)| self.entries[i].id.clone())
+            .collect();
+        if out.len() < MAX_SUGGESTIONS {
+            for h in self.index.search(requested, MAX_SUGGESTIONS) {
+                let id = &self.entries[h.ord].id;
+                if !out.contains(id) && out.len() < MAX_SUGGESTIONS {
+                    out.push(id.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The index, for `eval` and benchmarks.
+    pub fn index(&self) -> &SearchIndex {
+        &self.index
+    }
+}
+
+fn response_bytes(groups: &[BatchGroup]) -> usize {
+    serde_json::to_vec(groups)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo() -> Catalog {
+        let config = Config::default();
+        Catalog::build(
+            embedded::demo_descriptors().unwrap(),
+            &Facts {
+                config: &config,
+                env: &|_| None,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn demo_catalog_puts_issue_creation_first() {
+        let c = demo();
+        let hits = c.search("create a GitHub issue", None).unwrap();
+        assert_eq!(hits[0].id, "openclaw:github:create_issue", "{hits:#?}");
+    }
+
+    #[test]
+    fn limits_default_and_clamp() {
+        let c = demo();
+        assert_eq!(c.search("issue", None).unwrap().len(), 8);
+        assert_eq!(c.search("issue", Some(500)).unwrap().len(), 20);
+        assert_eq!(c.search("issue", Some(0)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn batch_keeps_order_and_bounds() {
+        let c = demo();
+        let queries: Vec<BatchQuery> = ["calendar event", "github pull request", "ticket"]
+            .iter()
+            .map(|q| BatchQuery {
+                query: q.to_string(),
+                limit: Some(20),
+            })
+            .collect();
+        let r = c.search_batch(&queries).unwrap();
+        assert_eq!(r.results[1].query, "github pull request");
+        let total: usize = r.results.iter().map(|g| g.candidates.len()).sum();
+        assert!(total <= batch_limits::MAX_TOTAL_RESULTS);
+        assert!(response_bytes(&r.results) <= batch_limits::MAX_RESPONSE_BYTES);
+        assert!(r.truncated);
+
+        let too_many = vec![
+            BatchQuery {
+                query: "x".into(),
+                limit: None
+            };
+            17
+        ];
+        assert_eq!(
+            c.search_batch(&too_many).unwrap_err().code(),
+            "invalid-request"
+        );
+        let long = vec![BatchQuery {
+            query: "x".repeat(513),
+            limit: None,
+        }];
+        let e = c.search_batch(&long).unwrap_err();
+        assert!(e.to_string().contains("513 bytes"), "{e}");
+    }
+
+    #[test]
+    fn resolve_by_id_name_ambiguity_and_suggestions() {
+        let c = demo();
+        assert_eq!(
+            c.resolve("openclaw:github:create_issue").unwrap().id,
+            "openclaw:github:create_issue"
+        );
+        assert_eq!(
+            c.resolve("create_issue").unwrap().id,
+            "openclaw:github:create_issue"
+        );
+        let e = c.resolve("openclaw:github:create_isue").unwrap_err();
+        assert_eq!(e.code(), "unknown-tool");
+        match e {
+            Error::UnknownTool { suggestions, .. } => {
+                assert_eq!(suggestions[0], "openclaw:github:create_issue");
+                assert!(suggestions.len() <= 3);
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn direct_only_tools_resolve_but_are_never_searched() {
+        let c = demo();
+        assert!(!c.direct_only().is_empty());
+        for e in c.direct_only() {
+            assert!(c.resolve(&e.id).is_ok());
+            let hits = c.search(&e.descriptor.name, Some(50)).unwrap();
+            assert!(hits.iter().all(|h| h.id != e.id), "{} was searched", e.id);
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! The TOML configuration (SPEC section 9).
+//!
+//! Looked up as `--config FILE`, else `./toolsearch.toml` if present, else built-in defaults.
+//! A wrong type or an unknown key is an error that names the key by its dotted path
+//! (`tools.toolSearch.codeTimeoutMs`); a value out of range is clamped with a warning. The
+//! `tools.toolSearch` keys follow OpenClaw's spelling (camelCase); our own keys are
+//! snake_case.
+//!
+//! ```toml
+//! [tools]
+//! toolSearch = true          # or false (direct), or a table:
+//! # [tools.toolSearch]
+//! # mode = "code"            # "code" | "tools" | "directory"; anything else is "code"
+//! # codeTimeoutMs = 10000    # clamped to 1000..60000
+//! # searchDefaultLimit = 8   # clamped to 1..maxSearchLimit
+//! # maxSearchLimit = 20      # clamped to 1..50
+//! allow = ["*"]              # tool patterns (see policy::pattern)
+//! deny = []
+//! active = ["github", "message"]   # optional: narrow the tool set by name or pattern
+//!
+//! [catalog]
+//! paths = ["tools/", "mcp-servers.json"]   # relative to this file; replaces the demo catalog
+//!
+//! [plugins]
+//! disabled = ["calendar"]                  # hides that plugin's tools (reason plugin-enabled)
+//! allow_core_override = ["github"]         # plugins admitted to replace a core tool
+//!
+//! [auth]
+//! profiles = ["github"]                    # satisfies {"auth": "github"}
+//!
+//! [context]
+//! channel = "slack"                        # satisfies {"context": "channel=slack"}
+//!
+//! [settings]                               # free-form; satisfies {"config": "voice.provider"}
+//! voice.provider = "twilio"
+//!
+//! [policy.channel]                         # also agent, profile, sandbox, session
+//! deny = ["exec_command"]
+//!
+//! [toolsets.planning]
+//! tools = ["calendar", "openclaw:tickets:*"]
+//! aliases = ["plan"]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::policy::Toolset;
+
+/// Which surface the model gets (SPEC section 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Code,
+    Tools,
+    Directory,
+    Direct,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Code => "code",
+            Mode::Tools => "tools",
+            Mode::Directory => "directory",
+            Mode::Direct => "direct",
+        }
+    }
+}
+
+/// The effective `tools.toolSearch` settings, after clamping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSearchSettings {
+    pub mode: Mode,
+    pub code_timeout_ms: u64,
+    pub search_default_limit: usize,
+    pub max_search_limit: usize,
+}
+
+impl Default for ToolSearchSettings {
+    fn default() -> Self {
+        ToolSearchSettings {
+            mode: Mode::Code,
+            code_timeout_ms: 10_000,
+            search_default_limit: 8,
+            max_search_limit: 20,
+        }
+    }
+}
+
+/// Bounds of SPEC section 9.
+pub mod bounds {
+    pub const CODE_TIMEOUT_MS: (u64, u64) = (1_000, 60_000);
+    pub const MAX_SEARCH_LIMIT: (usize, usize) = (1, 50);
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyLevel {
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyLevels {
+    pub agent: Option<PolicyLevel>,
+    pub profile: Option<PolicyLevel>,
+    pub sandbox: Option<PolicyLevel>,
+    pub session: Option<PolicyLevel>,
+    pub channel: Option<PolicyLevel>,
+}
+
+impl PolicyLevels {
+    pub fn levels(&self) -> [(&'static str, Option<&PolicyLevel>); 5] {
+        [
+            ("agent", self.agent.as_ref()),
+            ("profile", self.profile.as_ref()),
+            ("sandbox", self.sandbox.as_ref()),
+            ("session", self.session.as_ref()),
+            ("channel", self.channel.as_ref()),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    #[serde(default)]
+    pub disabled: Vec<String>,
+    #[serde(default)]
+    pub allow_core_override: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub profiles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolsetConfig {
+    tools: Vec<String>,
+    #[serde(default)]
+    aliases: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTools {
+    #[serde(default, rename = "toolSearch")]
+    tool_search: Option<toml::Value>,
+    #[serde(default)]
+    allow: Option<Vec<String>>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(default)]
+    active: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolSearch {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default, rename = "codeTimeoutMs")]
+    code_timeout_ms: Option<u64>,
+    #[serde(default, rename = "searchDefaultLimit")]
+    search_default_limit: Option<u64>,
+    #[serde(default, rename = "maxSearchLimit")]
+    max_search_limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    tools: RawTools,
+    #[serde(default)]
+    catalog: CatalogConfig,
+    #[serde(default)]
+    plugins: PluginsConfig,
+    #[serde(default)]
+    auth: AuthConfig,
+    #[serde(default)]
+    context: BTreeMap<String, String>,
+    #[serde(default)]
+    settings: toml::Table,
+    #[serde(default)]
+    policy: PolicyLevels,
+    #[serde(default)]
+    toolsets: BTreeMap<String, RawToolsetConfig>,
+}
+
+/// `[tools]` after validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolsConfig {
+    /// `toolSearch = false` gives mode `Direct`.
+    pub tool_search: ToolSearchSettings,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub active: Option<Vec<String>>,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from, if any (names it in errors).
+    pub file: Option<PathBuf>,
+    pub tools: ToolsConfig,
+    /// Catalog paths, already resolved against the config file's folder.
+    pub catalog: CatalogConfig,
+    pub plugins: PluginsConfig,
+    pub auth: AuthConfig,
+    pub context: BTreeMap<String, String>,
+    pub settings: toml::Table,
+    pub policy: PolicyLevels,
+    pub toolsets: BTreeMap<String, Toolset>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            file: None,
+            tools: ToolsConfig {
+                tool_search: ToolSearchSettings::default(),
+                allow: vec!["*".into()],
+                deny: Vec::new(),
+                active: None,
+            },
+            catalog: CatalogConfig::default(),
+            plugins: PluginsConfig::default(),
+            auth: AuthConfig::default(),
+            context: BTreeMap::new(),
+            settings: toml::Table::new(),
+            policy: PolicyLevels::default(),
+            toolsets: BTreeMap::new(),
+        }
+    }
+}
+
+/// The file looked for when no `--config` is given.
+pub const DEFAULT_CONFIG_FILE: &str = "toolsearch.toml";
+
+impl Config {
+    /// `--config FILE` if given (it must exist), else `./toolsearch.toml` if present,
+    /// else the defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Self> {
+        let path = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let p = PathBuf::from(DEFAULT_CONFIG_FILE);
+                if !p.is_file() {
+                    return Ok(Config::default());
+                }
+                p
+            }
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::BadConfig {
+            file: path.clone(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::from_toml_str(&text, &path)
+    }
+
+    /// Parses and validates config text; `path` names it in errors and anchors relative paths.
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Self> {
+        let bad = |message: String| Error::BadConfig {
+            file: path.to_path_buf(),
+            message,
+        };
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| bad(one_line(&e)))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| bad(format!("{}: {}", e.path(), e.inner())))?;
+
+        let tool_search = match raw.tools.tool_search {
+            None => ToolSearchSettings::default(),
+            Some(toml::Value::Boolean(true)) => ToolSearchSettings::default(),
+            Some(toml::Value::Boolean(false)) => ToolSearchSettings {
+                mode: Mode::Direct,
+                ..ToolSearchSettings::default()
+            },
+            Some(toml::Value::Table(t)) => {
+                let raw_ts: RawToolSearch = serde_path_to_error::deserialize(toml::Value::Table(t))
+                    .map_err(|e| bad(format!("tools.toolSearch.{}: {}", e.path(), e.inner())))?;
+                clamp_tool_search(raw_ts)
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "tools.toolSearch: expected true, false or a table, found {}",
+                    other.type_str()
+                )));
+            }
+        };
+
+        let base = path.parent().unwrap_or(Path::new(""));
+        let catalog = CatalogConfig {
+            paths: raw
+                .catalog
+                .paths
+                .into_iter()
+                .map(|p| if p.is_absolute() { p } else { base.join(p) })
+                .collect(),
+        };
+        Ok(Config {
+            file: Some(path.to_path_buf()),
+            tools: ToolsConfig {
+                tool_search,
+                allow: raw.tools.allow.unwrap_or_else(|| vec!["*".into()]),
+                deny: raw.tools.deny,
+                active: raw.tools.active,
+            },
+            catalog,
+            plugins: raw.plugins,
+            auth: raw.auth,
+            context: raw.context,
+            settings: raw.settings,
+            policy: raw.policy,
+            toolsets: raw
+                .toolsets
+                .into_iter()
+                .map(|(name, t)| {
+                    (
+                        name,
+                        Toolset {
+                            patterns: t.tools,
+                            aliases: t.aliases,
+                        },
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// The value at a dotted path of `[settings]`, for the `config` availability signal.
+    pub fn setting(&self, dotted: &str) -> Option<&toml::Value> {
+        let mut parts = dotted.split('.');
+        let mut value = self.settings.get(parts.next()?)?;
+        for part in parts {
+            value = value.as_table()?.get(part)?;
+        }
+        Some(value)
+    }
+}
+
+/// toml's errors span several lines (a snippet with a caret); one line reads better in a
+/// terminal and in logs.
+fn one_line(e: &toml::de::Error) -> String {
+    let message = e.message().trim().to_string();
+    match e.span() {
+        Some(span) => format!("at byte {}: {message}", span.start),
+        None => message,
+    }
+}
+
+fn clamp_tool_search(raw: RawToolSearch) -> ToolSearchSettings {
+    let defaults = ToolSearchSettings::default();
+    let mode = match raw.mode.as_deref() {
+        None | Some("code") => Mode::Code,
+        Some("tools") => Mode::Tools,
+        Some("directory") => Mode::Directory,
+        Some(other) => {
+            tracing::warn!(
+                "tools.toolSearch.mode = {other:?} is not one of code, tools, directory; using code"
+            );
+            Mode::Code
+        }
+    };
+    let code_timeout_ms = clamp(
+        "tools.toolSearch.codeTimeoutMs",
+        raw.code_timeout_ms.unwrap_or(defaults.code_timeout_ms),
+        bounds::CODE_TIMEOUT_MS.0,
+        bounds::CODE_TIMEOUT_MS.1,
+    );
+    let max_search_limit = clamp(
+        "tools.toolSearch.maxSearchLimit",
+        raw.max_search_limit
+            .unwrap_or(defaults.max_search_limit as u64),
+        bounds::MAX_SEARCH_LIMIT.0 as u64,
+        bounds::MAX_SEARCH_LIMIT.1 as u64,
+    ) as usize;
+    let search_default_limit = clamp(
+        "tools.toolSearch.searchDefaultLimit",
+        raw.search_default_limit
+            .unwrap_or((defaults.search_default_limit as u64).min(max_search_limit as u64)),
+        1,
+        max_search_limit as u64,
+    ) as usize;
+    ToolSearchSettings {
+        mode,
+        code_timeout_ms,
+        search_default_limit,
+        max_search_limit,
+    }
+}
+
+fn clamp(key: &str, value: u64, lo: u64, hi: u64) -> u64 {
+    let clamped = value.clamp(lo, hi);
+    if clamped != value {
+        tracing::warn!("{key} = {value} is outside {lo}..={hi}; using {clamped}");
+    }
+    clamped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::from_toml_str(text, Path::new("/etc/ts/toolsearch.toml"))
+    }
+
+    #[test]
+    fn defaults_match_spec() {
+        let c = parse("").unwrap();
+        assert_eq!(c.tools.tool_search, ToolSearchSettings::default());
+        assert_eq!(c.tools.tool_search.code_timeout_ms, 10_000);
+        assert_eq!(c.tools.tool_search.search_default_limit, 8);
+        assert_eq!(c.tools.tool_search.max_search_limit, 20);
+        assert_eq!(c.tools.allow, vec!["*".to_string()]);
+    }
+
+    #[test]
+    fn tool_search_false_is_direct_and_a_table_enables() {
+        assert_eq!(
+            parse("[tools]\ntoolSearch = false\n")
+                .unwrap()
+                .tools
+                .tool_search
+                .mode,
+            Mode::Direct
+        );
+        let c = parse("[tools.toolSearch]\nmode = \"tools\"\n").unwrap();
+        assert_eq!(c.tools.tool_search.mode, Mode::Tools);
+        let c = parse("[tools.toolSearch]\nmode = \"banana\"\n").unwrap();
+        assert_eq!(c.tools.tool_search.mode, Mode::Code);
+    }
+
+    #[test]
+    fn values_out_of_range_are_clamped() {
+        let c = parse(
+            "[tools.toolSearch]\ncodeTimeoutMs = 5\nmaxSearchLimit = 500\nsearchDefaultLimit = 0\n",
+        )
+        .unwrap();
+        let ts = c.tools.tool_search;
+        assert_eq!(ts.code_timeout_ms, 1_000);
+        assert_eq!(ts.max_search_limit, 50);
+        assert_eq!(ts.search_default_limit, 1);
+        let c = parse("[tools.toolSearch]\nmaxSearchLimit = 4\nsearchDefaultLimit = 9\n").unwrap();
+        assert_eq!(c.tools.tool_search.search_default_limit, 4);
+        let c = parse("[tools.toolSearch]\nmaxSearchLimit = 3\n").unwrap();
+        assert_eq!(c.tools.tool_search.search_default_limit, 3);
+        let c = parse("[tools.toolSearch]\ncodeTimeoutMs = 999999\n").unwrap();
+        assert_eq!(c.tools.tool_search.code_timeout_ms, 60_000);
+    }
+
+    #[test]
+    fn wrong_types_and_unknown_keys_name_the_key() {
+        let e = parse("[tools.toolSearch]\ncodeTimeoutMs = \"fast\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("tools.toolSearch.codeTimeoutMs"),
+            "{e}"
+        );
+        let e = parse("[tools]\nalow = [\"*\"]\n").unwrap_err();
+        assert!(e.to_string().contains("alow"), "{e}");
+        let e = parse("[policy.chanel]\ndeny = []\n").unwrap_err();
+        assert!(e.to_string().contains("chanel"), "{e}");
+        let e = parse("[tools]\ntoolSearch = 3\n").unwrap_err();
+        assert!(e.to_string().contains("tools.toolSearch"), "{e}");
+        let e = parse("[tools]\ndeny = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("tools.deny"), "{e}");
+        let e = parse("[tools\n").unwrap_err();
+        assert_eq!(e.code(), "bad-config");
+    }
+
+    #[test]
+    fn catalog_paths_resolve_against_the_config_folder() {
+        let c = parse("[catalog]\npaths = [\"tools\", \"/abs.json\"]\n").unwrap();
+        assert_eq!(
+            c.catalog.paths,
+            vec![PathBuf::from("/etc/ts/tools"), PathBuf::from("/abs.json")]
+        );
+    }
+
+    #[test]
+    fn settings_are_read_by_dotted_path() {
+        let c = parse("[settings]\nvoice.provider = \"twilio\"\n").unwrap();
+        assert_eq!(
+            c.setting("voice.provider").and_then(|v| v.as_str()),
+            Some("twilio")
+        );
+        assert!(c.setting("voice.missing").is_none());
+    }
+}

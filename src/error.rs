@@ -1,0 +1,149 @@
+//! Typed errors with stable codes.
+//!
+//! Every error a caller can see carries a `code()` that never changes between releases
+//! (`duplicate-tool-name`, `unknown-tool`, ...), so agents, tests and scripts match on the
+//! code, never on the message. The message is for people and models: it names the thing
+//! that is wrong and, where there is one, the way out.
+
+use std::path::PathBuf;
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A catalog file could not be read or parsed, or one of its entries is invalid.
+    /// `location` is `line N`, `line N, column M` or a JSON pointer.
+    #[error("{}: {location}: {message}", file.display())]
+    BadCatalog {
+        file: PathBuf,
+        location: String,
+        message: String,
+    },
+
+    /// The configuration file is unreadable, has a wrong type or an unknown key.
+    #[error("{}: {message}", file.display())]
+    BadConfig { file: PathBuf, message: String },
+
+    /// Two entries of one source share a name.
+    #[error(
+        "duplicate tool name `{name}` in source `{source_id}`: defined in {first} and again in {second}"
+    )]
+    DuplicateToolName {
+        source_id: String,
+        name: String,
+        first: String,
+        second: String,
+    },
+
+    /// A tool the model could see has nothing that runs it.
+    #[error(
+        "tool `{id}` is visible but has no executor (defined in {origin}); add an `executor` or mark it unavailable"
+    )]
+    MissingExecutor { id: String, origin: String },
+
+    /// No tool in the effective catalog has this id or name.
+    #[error("{}", unknown_tool_message(.requested, .suggestions, .hint))]
+    UnknownTool {
+        requested: String,
+        suggestions: Vec<String>,
+        hint: String,
+    },
+
+    /// A bare name matches several entries; the caller must use an id.
+    #[error("tool name `{name}` is ambiguous: it matches {}; use an exact tool id", .candidates.join(", "))]
+    AmbiguousTool {
+        name: String,
+        candidates: Vec<String>,
+    },
+
+    /// The tool exists but is not available now (a signal failed, or its source is down).
+    #[error("tool `{id}` is unavailable: {reason}")]
+    UnavailableTool { id: String, reason: String },
+
+    /// A request is malformed or exceeds a limit (too many batch queries, a query too long).
+    #[error("{0}")]
+    InvalidRequest(String),
+
+    /// The command line was used wrongly (a file that does not exist, a bad `--k` list).
+    #[error("{0}")]
+    Usage(String),
+
+    /// Building the search index failed. Tantivy errors here mean a bug or an exhausted
+    /// resource, not bad input: every input is validated before it reaches the index.
+    #[error("search index: {0}")]
+    Index(String),
+}
+
+fn unknown_tool_message(requested: &str, suggestions: &[String], hint: &str) -> String {
+    let mut message = format!("unknown tool `{requested}`");
+    if !suggestions.is_empty() {
+        message.push_str("; did you mean ");
+        message.push_str(
+            &suggestions
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        message.push('?');
+    }
+    if !hint.is_empty() {
+        message.push_str(". ");
+        message.push_str(hint);
+    }
+    message
+}
+
+impl Error {
+    /// The stable machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadCatalog { .. } => "bad-catalog",
+            Error::BadConfig { .. } => "bad-config",
+            Error::DuplicateToolName { .. } => "duplicate-tool-name",
+            Error::MissingExecutor { .. } => "missing-executor",
+            Error::UnknownTool { .. } => "unknown-tool",
+            Error::AmbiguousTool { .. } => "ambiguous-tool",
+            Error::UnavailableTool { .. } => "unavailable-tool",
+            Error::InvalidRequest(_) => "invalid-request",
+            Error::Usage(_) => "usage",
+            Error::Index(_) => "index",
+        }
+    }
+
+    /// The process exit code of SPEC section 3: 1 when a tool lookup or call was refused,
+    /// 2 for bad usage, configuration or catalog.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::UnknownTool { .. }
+            | Error::AmbiguousTool { .. }
+            | Error::UnavailableTool { .. } => 1,
+            Error::BadCatalog { .. }
+            | Error::BadConfig { .. }
+            | Error::DuplicateToolName { .. }
+            | Error::MissingExecutor { .. }
+            | Error::InvalidRequest(_)
+            | Error::Usage(_)
+            | Error::Index(_) => 2,
+        }
+    }
+
+    pub(crate) fn bad_catalog(
+        file: impl Into<PathBuf>,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::BadCatalog {
+            file: file.into(),
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<tantivy::TantivyError> for Error {
+    fn from(e: tantivy::TantivyError) -> Self {
+        Error::Index(e.to_string())
+    }
+}

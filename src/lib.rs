@@ -1,0 +1,22 @@
+//! `toolsearch`: tool search for agents with large tool catalogs.
+//!
+//! The catalog stays out of the prompt. A tantivy index over compact descriptors backs
+//! search, describe and call; the model gets one sandboxed code tool (or three structured
+//! ones) instead of every schema.
+//!
+//! The data flows one way, and the modules follow it:
+//! [`config`] -> [`catalog`] (load, plan, compact) -> [`search`] (index, rank) -> [`eval`]
+//! (retrieval quality). [`policy`] decides which tools exist at all; it is applied while the
+//! catalog is planned, so nothing downstream can see a filtered tool.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod eval;
+pub mod policy;
+pub mod report;
+pub mod search;
+
+pub use catalog::{Catalog, CompactDescriptor, ToolDescriptor};
+pub use config::Config;
+pub use error::{Error, Result};

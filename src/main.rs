@@ -1,0 +1,251 @@
+//! The `toolsearch` command line: parse, call the library, print, map errors to exit codes
+//! (0 success; 1 a tool lookup or call failed or was refused; 2 bad usage, config or
+//! catalog). Diagnostics go to stderr through `tracing` (`RUST_LOG`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+use toolsearch::catalog::BatchQuery;
+use toolsearch::config::Mode;
+use toolsearch::{Catalog, Config, Error, report};
+
+#[derive(Parser)]
+#[command(
+    name = "toolsearch",
+    version,
+    about = "Tool search for agents: a large tool catalog behind search, describe and call"
+)]
+struct Cli {
+    /// Configuration file (default: ./toolsearch.toml if present).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Catalog file or folder; repeatable. Default: [catalog] paths, else the embedded demo.
+    #[arg(long = "catalog", value_name = "PATH")]
+    catalogs: Vec<PathBuf>,
+    /// The surface given to the model; overrides tools.toolSearch.
+    #[arg(long, value_enum)]
+    mode: Option<CliMode>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CliMode {
+    Code,
+    Tools,
+    Directory,
+    Direct,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The effective catalog: cataloged, direct-only and hidden tools, counts by source.
+    Catalog {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search the catalog; several queries make a batch, grouped in order.
+    Search {
+        #[arg(required = true, value_name = "QUERY")]
+        queries: Vec<String>,
+        /// Results per query (default searchDefaultLimit, clamped to maxSearchLimit).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One tool with its full input and output schemas, by id or exact unique name.
+    Describe {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retrieval quality of the search on a labelled data set.
+    Eval {
+        /// catalog.jsonl of the data set.
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: PathBuf,
+        /// queries.jsonl of the data set.
+        #[arg(long, value_name = "FILE")]
+        queries: PathBuf,
+        /// Recall cut-offs.
+        #[arg(long, value_delimiter = ',', default_value = "1,5,10")]
+        k: Vec<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+    let cli = Cli::parse();
+    let json = match &cli.command {
+        Command::Catalog { json }
+        | Command::Search { json, .. }
+        | Command::Describe { json, .. }
+        | Command::Eval { json, .. } => *json,
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if json {
+                print_json(&serde_json::json!({
+                    "error": {"code": e.code(), "message": e.to_string()}
+                }));
+            }
+            eprintln!("toolsearch: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+/// The options every catalog command shares.
+struct Globals {
+    config: Option<PathBuf>,
+    catalogs: Vec<PathBuf>,
+    mode: Option<CliMode>,
+}
+
+impl Globals {
+    /// Loads the config and builds the catalog; returns the effective mode too.
+    fn load(&self) -> Result<(Catalog, Mode), Error> {
+        let config = Config::load(self.config.as_deref())?;
+        let mode = match self.mode {
+            Some(CliMode::Code) => Mode::Code,
+            Some(CliMode::Tools) => Mode::Tools,
+            Some(CliMode::Directory) => Mode::Directory,
+            Some(CliMode::Direct) => Mode::Direct,
+            None => config.tools.tool_search.mode,
+        };
+        Ok((Catalog::load(&config, &self.catalogs)?, mode))
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    let globals = Globals {
+        config: cli.config,
+        catalogs: cli.catalogs,
+        mode: cli.mode,
+    };
+    match cli.command {
+        Command::Catalog { json } => {
+            let (catalog, mode) = globals.load()?;
+            if json {
+                print_json(&CatalogJson::of(&catalog, mode));
+            } else {
+                print_text(&report::catalog(&catalog, mode));
+            }
+        }
+        Command::Search {
+            queries,
+            limit,
+            json,
+        } => {
+            let (catalog, _) = globals.load()?;
+            if let [query] = queries.as_slice() {
+                let hits = catalog.search(query, limit)?;
+                if json {
+                    print_json(&hits);
+                } else {
+                    print_text(&report::search(&hits, query));
+                }
+            } else {
+                let batch: Vec<BatchQuery> = queries
+                    .into_iter()
+                    .map(|query| BatchQuery { query, limit })
+                    .collect();
+                let result = catalog.search_batch(&batch)?;
+                if json {
+                    print_json(&result);
+                } else {
+                    print_text(&report::batch(&result));
+                }
+            }
+        }
+        Command::Describe { id, json } => {
+            let (catalog, _) = globals.load()?;
+            let d = catalog.describe(&id)?;
+            if json {
+                print_json(&d);
+            } else {
+                print_text(&report::describe(&d));
+            }
+        }
+        Command::Eval {
+            catalog,
+            queries,
+            k,
+            json,
+        } => eval(&catalog, &queries, &k, json)?,
+    }
+    Ok(())
+}
+
+/// `eval` needs no config or agent catalog: it indexes the data set alone.
+fn eval(catalog: &Path, queries: &Path, k: &[usize], json: bool) -> Result<(), Error> {
+    let r = toolsearch::eval::run(catalog, queries, k)?;
+    if json {
+        print_json(&r);
+    } else {
+        let name = catalog
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "set".into());
+        print_text(&report::eval(&name, &r));
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct CatalogJson<'a> {
+    mode: &'static str,
+    counts: toolsearch::catalog::Counts,
+    cataloged: Vec<&'a toolsearch::CompactDescriptor>,
+    direct_only: Vec<&'a toolsearch::CompactDescriptor>,
+    hidden: &'a [toolsearch::catalog::HiddenTool],
+    notices: &'a [toolsearch::catalog::Notice],
+    filtered: usize,
+}
+
+impl<'a> CatalogJson<'a> {
+    fn of(c: &'a Catalog, mode: Mode) -> Self {
+        CatalogJson {
+            mode: mode.as_str(),
+            counts: c.counts(),
+            cataloged: c.cataloged().iter().map(|e| &e.compact).collect(),
+            direct_only: c.direct_only().iter().map(|e| &e.compact).collect(),
+            hidden: c.hidden(),
+            notices: c.notices(),
+            filtered: c.filtered(),
+        }
+    }
+}
+
+fn print_json<T: Serialize>(value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => print_text(&(s + "\n")),
+        Err(e) => eprintln!("toolsearch: cannot serialize output: {e}"),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
+fn print_text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("toolsearch: cannot write output: {e}");
+    }
+}

@@ -1,0 +1,251 @@
+//! Tool patterns: how allow, deny, approval and `tools.active` lists name tools.
+//!
+//! A pattern is one of:
+//! - a glob with `:` in it, matched against the id (`mcp:github:*`, `openclaw:*:delete_*`);
+//! - a glob without `:`, matched against the name (`create_*`, `message`);
+//! - a toolset: `group:NAME`, or a bare word that is a toolset's name or alias (`github`).
+//!   A bare word also matches a tool of that name, so `github` names both the toolset and a
+//!   tool called `github`, if there is one.
+//!
+//! Matching is ASCII case-insensitive: a deny rule written `Exec_Command` must not let
+//! `exec_command` through. `*` matches any run of characters (`:` included), `?` one.
+
+use std::collections::BTreeMap;
+
+use globset::{Glob, GlobMatcher};
+
+use crate::catalog::ToolDescriptor;
+use crate::error::{Error, Result};
+
+/// A named group of tool patterns, with aliases (`[toolsets.NAME]` in the config).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Toolset {
+    pub patterns: Vec<String>,
+    pub aliases: Vec<String>,
+}
+
+/// Toolsets by name. Every plugin id and MCP server name is an implicit toolset of all
+/// its tools (`github` = `openclaw:github:*`); a configured toolset of the same name wins.
+#[derive(Debug, Clone, Default)]
+pub struct Toolsets {
+    by_name: BTreeMap<String, Vec<String>>,
+}
+
+impl Toolsets {
+    /// Builds the lookup from configured toolsets and the source names present.
+    pub fn new<'a>(
+        configured: &BTreeMap<String, Toolset>,
+        sources: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
+        let mut by_name = BTreeMap::new();
+        for (source, source_name) in sources {
+            if source_name == "core" || source_name == "client" {
+                continue;
+            }
+            by_name
+                .entry(source_name.to_ascii_lowercase())
+                .or_insert_with(|| vec![format!("{source}:{source_name}:*")]);
+        }
+        for (name, set) in configured {
+            by_name.insert(name.to_ascii_lowercase(), set.patterns.clone());
+            for alias in &set.aliases {
+                by_name.insert(alias.to_ascii_lowercase(), set.patterns.clone());
+            }
+        }
+        Toolsets { by_name }
+    }
+
+    fn get(&self, name: &str) -> Option<&Vec<String>> {
+        self.by_name.get(&name.to_ascii_lowercase())
+    }
+}
+
+/// A compiled list of patterns.
+#[derive(Debug, Clone, Default)]
+pub struct PatternSet {
+    id_globs: Vec<GlobMatcher>,
+    name_globs: Vec<GlobMatcher>,
+    /// The patterns as written, to report the ones that matched nothing.
+    written: Vec<String>,
+}
+
+/// Toolsets may name toolsets; this bounds the expansion so a cycle cannot loop.
+const MAX_TOOLSET_DEPTH: usize = 8;
+
+impl PatternSet {
+    /// Compiles `patterns`, expanding toolsets. `what` names the list in errors
+    /// (`tools.deny`, `policy.channel.allow`).
+    pub fn compile(patterns: &[String], toolsets: &Toolsets, what: &str) -> Result<Self> {
+        let mut set = PatternSet {
+            written: patterns.to_vec(),
+            ..Default::default()
+        };
+        for p in patterns {
+            set.add(p, toolsets, what, 0)?;
+        }
+        Ok(set)
+    }
+
+    fn add(&mut self, pattern: &str, toolsets: &Toolsets, what: &str, depth: usize) -> Result<()> {
+        let pattern = pattern.trim();
+        if pattern.is_empty() {
+            return Err(Error::Usage(format!("{what}: an empty tool pattern")));
+        }
+        if let Some(group) = pattern.strip_prefix("group:") {
+            let Some(members) = toolsets.get(group) else {
+                return Err(Error::Usage(format!(
+                    "{what}: `{pattern}` names no toolset; define [toolsets.{group}] or use a plugin or server name"
+                )));
+            };
+            return self.add_toolset(members.clone(), toolsets, what, depth);
+        }
+        let glob = compile_glob(pattern, what)?;
+        if pattern.contains(':') {
+            self.id_globs.push(glob);
+        } else {
+            self.name_globs.push(glob);
+            let plain = !pattern.contains(['*', '?', '[', '{']);
+            if plain && let Some(members) = toolsets.get(pattern) {
+                self.add_toolset(members.clone(), toolsets, what, depth)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_toolset(
+        &mut self,
+        members: Vec<String>,
+        toolsets: &Toolsets,
+        what: &str,
+        depth: usize,
+    ) -> Result<()> {
+        if depth >= MAX_TOOLSET_DEPTH {
+            return Err(Error::Usage(format!(
+                "{what}: toolsets nest more than {MAX_TOOLSET_DEPTH} deep (a cycle?)"
+            )));
+        }
+        for m in members {
+            self.add(&m, toolsets, what, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.id_globs.is_empty() && self.name_globs.is_empty()
+    }
+
+    /// Whether the tool with this name and id matches any pattern.
+    pub fn matches_parts(&self, name: &str, id: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        let id = id.to_ascii_lowercase();
+        self.name_globs.iter().any(|g| g.is_match(&name))
+            || self.id_globs.iter().any(|g| g.is_match(&id))
+    }
+
+    pub fn matches(&self, tool: &ToolDescriptor) -> bool {
+        self.matches_parts(&tool.name, &tool.id())
+    }
+
+    /// The patterns as written that match none of `tools`.
+    pub fn unmatched<'a>(&'a self, tools: &[ToolDescriptor], toolsets: &Toolsets) -> Vec<&'a str> {
+        self.written
+            .iter()
+            .filter(|p| {
+                let single =
+                    PatternSet::compile(std::slice::from_ref(*p), toolsets, "").unwrap_or_default();
+                !tools.iter().any(|t| single.matches(t))
+            })
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+fn compile_glob(pattern: &str, what: &str) -> Result<GlobMatcher> {
+    Glob::new(&pattern.to_ascii_lowercase())
+        .map(|g| g.compile_matcher())
+        .map_err(|e| Error::Usage(format!("{what}: bad tool pattern `{pattern}`: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(patterns: &[&str], toolsets: &Toolsets) -> PatternSet {
+        let patterns: Vec<String> = patterns.iter().map(|s| s.to_string()).collect();
+        PatternSet::compile(&patterns, toolsets, "test").unwrap()
+    }
+
+    #[test]
+    fn colon_patterns_match_ids_and_bare_ones_names() {
+        let none = Toolsets::default();
+        let s = set(&["mcp:github:*"], &none);
+        assert!(s.matches_parts("create_issue", "mcp:github:create_issue"));
+        assert!(!s.matches_parts("create_issue", "openclaw:github:create_issue"));
+        let s = set(&["delete_*"], &none);
+        assert!(s.matches_parts("delete_event", "openclaw:calendar:delete_event"));
+        assert!(!s.matches_parts("undelete", "openclaw:calendar:undelete"));
+        let s = set(&["openclaw:*:delete_*"], &none);
+        assert!(s.matches_parts("delete_event", "openclaw:calendar:delete_event"));
+    }
+
+    #[test]
+    fn matching_ignores_ascii_case() {
+        let s = set(&["Exec_Command"], &Toolsets::default());
+        assert!(s.matches_parts("exec_command", "openclaw:core:exec_command"));
+    }
+
+    #[test]
+    fn toolsets_expand_by_name_alias_and_group_prefix() {
+        let mut configured = BTreeMap::new();
+        configured.insert(
+            "planning".to_string(),
+            Toolset {
+                patterns: vec!["calendar".into(), "openclaw:tickets:*".into()],
+                aliases: vec!["plan".into()],
+            },
+        );
+        let ts = Toolsets::new(
+            &configured,
+            [
+                ("openclaw", "github"),
+                ("openclaw", "calendar"),
+                ("openclaw", "tickets"),
+            ],
+        );
+        let s = set(&["github"], &ts);
+        assert!(s.matches_parts("create_issue", "openclaw:github:create_issue"));
+        let s = set(&["plan"], &ts);
+        assert!(s.matches_parts("create_event", "openclaw:calendar:create_event"));
+        assert!(s.matches_parts("create_ticket", "openclaw:tickets:create_ticket"));
+        assert!(!s.matches_parts("create_issue", "openclaw:github:create_issue"));
+        let s = set(&["group:planning"], &ts);
+        assert!(s.matches_parts("create_ticket", "openclaw:tickets:create_ticket"));
+        let e = PatternSet::compile(&["group:nope".into()], &ts, "tools.allow").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("tools.allow: `group:nope` names no toolset")
+        );
+    }
+
+    #[test]
+    fn toolset_cycles_are_an_error_not_a_hang() {
+        let mut configured = BTreeMap::new();
+        configured.insert(
+            "a".to_string(),
+            Toolset {
+                patterns: vec!["b".into()],
+                aliases: vec![],
+            },
+        );
+        configured.insert(
+            "b".to_string(),
+            Toolset {
+                patterns: vec!["a".into()],
+                aliases: vec![],
+            },
+        );
+        let ts = Toolsets::new(&configured, []);
+        let e = PatternSet::compile(&["a".into()], &ts, "tools.allow").unwrap_err();
+        assert!(e.to_string().contains("cycle"), "{e}");
+    }
+}

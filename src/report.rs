@@ -1,0 +1,157 @@
+//! What the command line prints for a person (the `--json` forms are the serde shapes of
+//! the library types). Kept here so `main.rs` stays a thin shell.
+
+use std::fmt::Write;
+
+use crate::catalog::{BatchResult, Catalog, CompactDescriptor, Description};
+use crate::config::Mode;
+use crate::eval::{Metrics, Report};
+
+pub fn catalog(c: &Catalog, mode: Mode) -> String {
+    let counts = c.counts();
+    let mut out = String::new();
+    let by_source = counts
+        .by_source
+        .iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "{} cataloged, {} direct-only, {} hidden (by source: {by_source}); mode {}",
+        counts.cataloged,
+        counts.direct_only,
+        counts.hidden,
+        mode.as_str()
+    );
+    let width = c
+        .cataloged()
+        .iter()
+        .chain(c.direct_only())
+        .map(|e| e.id.len())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(out, "\nCataloged (behind search):");
+    for e in c.cataloged() {
+        let _ = writeln!(
+            out,
+            "  {:width$}  {}",
+            e.id,
+            one_line(&e.compact.description, 80)
+        );
+    }
+    if !c.direct_only().is_empty() {
+        let _ = writeln!(out, "\nDirect-only (always sent to the model):");
+        for e in c.direct_only() {
+            let _ = writeln!(
+                out,
+                "  {:width$}  {}",
+                e.id,
+                one_line(&e.compact.description, 80)
+            );
+        }
+    }
+    if !c.hidden().is_empty() {
+        let _ = writeln!(out, "\nHidden (unavailable):");
+        for h in c.hidden() {
+            for d in &h.diagnostics {
+                let _ = writeln!(out, "  {}  [{}] {}", h.id, d.reason, d.message);
+            }
+        }
+    }
+    if !c.notices().is_empty() {
+        let _ = writeln!(out, "\nNotices:");
+        for n in c.notices() {
+            let _ = writeln!(out, "  [{}] {}", n.code, n.message);
+        }
+    }
+    if c.filtered() > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} tools removed by the policy or tools.active.",
+            c.filtered()
+        );
+    }
+    out
+}
+
+pub fn search(hits: &[CompactDescriptor], query: &str) -> String {
+    if hits.is_empty() {
+        return format!(
+            "no tool matches {query:?} (search matches English words of names, descriptions and parameters)\n"
+        );
+    }
+    let mut out = String::new();
+    for (i, h) in hits.iter().enumerate() {
+        let _ = writeln!(out, "{:>2}. {}  {}", i + 1, h.id, h.label);
+        let _ = writeln!(out, "    {}", one_line(&h.description, 100));
+        let _ = writeln!(out, "    input: {}", h.input);
+    }
+    out
+}
+
+pub fn batch(result: &BatchResult) -> String {
+    let mut out = String::new();
+    for g in &result.results {
+        let more = if g.truncated { " (truncated)" } else { "" };
+        let _ = writeln!(out, "## {}{more}", g.query);
+        out.push_str(&search(&g.candidates, &g.query));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn describe(d: &Description) -> String {
+    let mut out = String::new();
+    let c = &d.compact;
+    let _ = writeln!(out, "{}  ({})", c.id, c.label);
+    let _ = writeln!(out, "{}", c.description);
+    let _ = writeln!(out, "input: {}", c.input);
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let _ = writeln!(out, "\ninput_schema:\n{}", pretty(&d.input_schema));
+    if let Some(o) = &d.output_schema {
+        let _ = writeln!(out, "\noutput_schema:\n{}", pretty(o));
+    }
+    out
+}
+
+pub fn eval(name: &str, r: &Report) -> String {
+    let mut out = String::new();
+    let ks: Vec<&String> = r.all.recall.keys().collect();
+    let mut header = String::from("| set | queries |");
+    for k in &ks {
+        let _ = write!(header, " R@{k} |");
+    }
+    header.push_str(" nDCG@5 | nDCG@10 | MRR | empty | p50 µs | p95 µs |");
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "|{}", "---|".repeat(header.matches('|').count() - 1));
+    let row = |out: &mut String, label: &str, m: &Metrics| {
+        let mut line = format!("| {label} | {} |", m.queries);
+        for k in &ks {
+            let _ = write!(
+                line,
+                " {:.1} |",
+                100.0 * m.recall.get(*k).copied().unwrap_or(0.0)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{line} {:.1} | {:.1} | {:.3} | {} | {:.0} | {:.0} |",
+            100.0 * m.ndcg["5"],
+            100.0 * m.ndcg["10"],
+            m.mrr,
+            m.empty,
+            m.latency_us.p50,
+            m.latency_us.p95
+        );
+    };
+    row(&mut out, &format!("{name} ({} tools)", r.tools), &r.all);
+    for (subset, m) in &r.subsets {
+        row(&mut out, &format!("{name} {subset}"), m);
+    }
+    out
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    crate::catalog::compact::cut(text, max)
+}
