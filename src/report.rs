@@ -117,7 +117,8 @@ pub fn describe(d: &Description) -> String {
 
 pub fn eval(name: &str, r: &Report) -> String {
     let mut out = String::new();
-    let ks: Vec<&String> = r.all.recall.keys().collect();
+    let mut ks: Vec<&String> = r.all.recall.keys().collect();
+    ks.sort_by_key(|k| k.parse::<usize>().unwrap_or(usize::MAX));
     let mut header = String::from("| set | queries |");
     for k in &ks {
         let _ = write!(header, " R@{k} |");
@@ -137,8 +138,8 @@ pub fn eval(name: &str, r: &Report) -> String {
         let _ = writeln!(
             out,
             "{line} {:.1} | {:.1} | {:.3} | {} | {:.0} | {:.0} |",
-            100.0 * m.ndcg["5"],
-            100.0 * m.ndcg["10"],
+            100.0 * m.ndcg.get("5").copied().unwrap_or(0.0),
+            100.0 * m.ndcg.get("10").copied().unwrap_or(0.0),
             m.mrr,
             m.empty,
             m.latency_us.p50,

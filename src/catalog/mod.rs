@@ -83,7 +83,7 @@ pub fn index_doc(d: &ToolDescriptor, id: &str) -> IndexDoc {
         params: if d.source.is_trusted() {
             IndexDoc::param_text(&d.input_schema)
         } else {
-            String::new()
+            Vec::new()
         },
         source: format!("{} {}", d.source, d.source_name),
     }

@@ -1,35 +1,36 @@
 //! The search index over compact descriptors, and its ranking.
 //!
-//! A tantivy index in RAM, one document per cataloged tool, with a field per kind of text:
-//! name, label and tags, description, parameter text (names, descriptions and enum values;
-//! only for trusted sources), source and source name, and the id. Every text field uses the
-//! one analyzer of [`analyze`]. A query is analyzed the same way, expanded with
-//! [`synonyms`], and scored as a weighted sum of BM25 over the fields ([`FIELD_WEIGHTS`]).
+//! A tantivy index in RAM, one document per cataloged tool. Every text goes through the one
+//! analyzer of [`analyze`] (identifier splitting, stop words, English stemming). The fields
+//! of a tool (name, label and tags, description, parameter text, source and source name,
+//! id) are weighted BM25F-style ([`FIELD_WEIGHTS`]) into one scored text; the name is also
+//! a field of its own. A query is analyzed the same way, expanded with [`synonyms`] and
+//! scored by [`score`] over tantivy's postings.
 //!
-//! Two rules sit above the scores: an entry whose name or id equals the query
-//! (case-insensitive) ranks first, always; and a query with no usable terms returns
-//! nothing rather than the whole catalog.
+//! Rules above the scores:
+//! - an entry whose name or id equals the query (case-insensitive) ranks first, always;
+//! - a query with no usable terms returns nothing rather than the whole catalog;
+//! - a request of several sentences ("find the flight. then book a hotel") is searched
+//!   whole and sentence by sentence, and the rankings are interleaved, so that each part's
+//!   best tool reaches the top instead of the one tool that matches most words overall.
 //!
 //! This module owns ranking only. It knows nothing of policy (the catalog given to it is
 //! already filtered) and returns positions in the slice it was built from.
 
 pub mod analyze;
+mod score;
 pub mod synonyms;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
-use tantivy::collector::TopDocs;
-use tantivy::columnar::Column;
 use tantivy::indexer::NoMergePolicy;
-use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
-use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
-};
-use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{Index, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
+use tantivy::schema::{FAST, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+use tantivy::tokenizer::{PreTokenizedString, TextAnalyzer, Token};
+use tantivy::{Index, IndexWriter, ReloadPolicy};
 
 use crate::error::Result;
+use score::Scorer;
 use synonyms::Synonyms;
 
 /// The text of one tool, field by field, as the index sees it.
@@ -40,8 +41,9 @@ pub struct IndexDoc {
     /// Label and tags.
     pub label: String,
     pub description: String,
-    /// Parameter names, descriptions and enum values; empty for untrusted sources.
-    pub params: String,
+    /// Per parameter: its name, and its name, description and enum values as text; empty
+    /// for untrusted sources.
+    pub params: Vec<(String, String)>,
     /// Source and source name (`mcp github`, `openclaw calendar`).
     pub source: String,
 }
@@ -52,30 +54,42 @@ const MAX_PARAM_TEXT_BYTES: usize = 4096;
 const MAX_PARAM_DEPTH: usize = 3;
 
 impl IndexDoc {
-    /// The parameter text of a JSON Schema: property names, descriptions and string enum
-    /// values, walked to [`MAX_PARAM_DEPTH`] and cut at [`MAX_PARAM_TEXT_BYTES`].
-    pub fn param_text(schema: &Value) -> String {
-        let mut out = String::new();
+    /// The parameters of a JSON Schema with their text (name, description, string enum
+    /// values), walked to [`MAX_PARAM_DEPTH`] and cut at [`MAX_PARAM_TEXT_BYTES`] in all.
+    pub fn param_text(schema: &Value) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
         let mut stack = vec![(schema, 0usize)];
         while let Some((s, depth)) = stack.pop() {
-            if out.len() >= MAX_PARAM_TEXT_BYTES || depth > MAX_PARAM_DEPTH {
+            if bytes >= MAX_PARAM_TEXT_BYTES || depth > MAX_PARAM_DEPTH {
                 continue;
             }
             let Some(obj) = s.as_object() else { continue };
             if let Some(props) = obj.get("properties").and_then(Value::as_object) {
                 stack.extend(props.values().rev().map(|p| (p, depth + 1)));
                 for (name, prop) in props {
-                    out.push_str(name);
-                    out.push(' ');
+                    let mut text = name.clone();
                     if let Some(d) = prop.get("description").and_then(Value::as_str) {
-                        out.push_str(d);
-                        out.push(' ');
+                        text.push(' ');
+                        text.push_str(d);
                     }
                     if let Some(values) = prop.get("enum").and_then(Value::as_array) {
                         for v in values.iter().filter_map(Value::as_str) {
-                            out.push_str(v);
-                            out.push(' ');
+                            text.push(' ');
+                            text.push_str(v);
                         }
+                    }
+                    let room = MAX_PARAM_TEXT_BYTES.saturating_sub(bytes);
+                    if text.len() > room {
+                        let mut end = room;
+                        while !text.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        text.truncate(end);
+                    }
+                    bytes += text.len();
+                    if !text.is_empty() {
+                        out.push((name.clone(), text));
                     }
                 }
             }
@@ -83,51 +97,46 @@ impl IndexDoc {
                 stack.push((items, depth + 1));
             }
         }
-        if out.len() > MAX_PARAM_TEXT_BYTES {
-            let mut end = MAX_PARAM_TEXT_BYTES;
-            while !out.is_char_boundary(end) {
-                end -= 1;
-            }
-            out.truncate(end);
-        }
         out
     }
 }
 
-/// Weights of the fields in the score. The name says most about what a tool does; the
-/// label and tags are curated; parameters are many words and say little about intent.
+/// Field weights, BM25F-style: a field's terms count `weight` times in the one scored
+/// text, so all fields share one length normalisation and one saturation curve. (Summing
+/// per-field BM25 scores instead rewards a word once per field it appears in, and costs a
+/// postings lookup per field.) The name says most about what a tool does; label and tags
+/// are curated; parameters are many words that say little about intent.
 pub const FIELD_WEIGHTS: Weights = Weights {
-    name: 2.5,
-    label: 1.5,
-    description: 1.0,
-    params: 0.4,
-    source: 1.0,
-    id: 0.3,
+    name: 3,
+    label: 2,
+    description: 2,
+    params: 1,
+    source: 2,
+    id: 0,
 };
+
+/// Weight of the name field, scored on its own beside the combined text, so a word of the
+/// name beats the same word repeated in a long description.
+pub const NAME_BOOST: f32 = 1.0;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Weights {
-    pub name: f32,
-    pub label: f32,
-    pub description: f32,
-    pub params: f32,
-    pub source: f32,
-    pub id: f32,
+    pub name: u32,
+    pub label: u32,
+    pub description: u32,
+    pub params: u32,
+    pub source: u32,
+    pub id: u32,
 }
 
 /// Terms taken from one query, after synonyms; the rest are dropped.
 const MAX_QUERY_TERMS: usize = 32;
-
-#[derive(Clone, Copy)]
-struct Fields {
-    ord: Field,
-    name: Field,
-    label: Field,
-    description: Field,
-    params: Field,
-    source: Field,
-    id: Field,
-}
+/// Sentences searched on their own at most; the rest count in the whole query only.
+const MAX_SEGMENTS: usize = 6;
+/// A source needs this many tools before its shared parameters count as boilerplate.
+const BOILERPLATE_MIN_TOOLS: usize = 8;
+/// Indexing memory; 10,000 tools fit in one segment.
+const WRITER_MEMORY: usize = 50_000_000;
 
 /// One result: the position of the entry in the slice the index was built from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,11 +147,11 @@ pub struct Hit {
     pub exact: bool,
 }
 
+/// A query term and its weight: 1 for a typed word, less for a synonym.
+type WeightedTerm = (String, f32);
+
 pub struct SearchIndex {
-    searcher: Searcher,
-    /// One `ord` column per segment, by segment ordinal.
-    ords: Vec<Column<u64>>,
-    fields: Fields,
+    scorer: Scorer,
     analyzer: TextAnalyzer,
     synonyms: Synonyms,
     /// Lowercased name or id -> entries, ids first.
@@ -158,46 +167,79 @@ impl std::fmt::Debug for SearchIndex {
     }
 }
 
-/// Indexing memory: tantivy's minimum per thread; 10,000 tools fit in one segment.
-const WRITER_MEMORY: usize = 50_000_000;
-
 impl SearchIndex {
     /// Indexes `docs`; hits refer to positions in this slice.
     pub fn build(docs: &[IndexDoc]) -> Result<Self> {
         let mut builder = Schema::builder();
-        let text = TextOptions::default().set_indexing_options(
+        let text_options = TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
                 .set_tokenizer(analyze::ANALYZER)
                 .set_index_option(IndexRecordOption::WithFreqs),
         );
-        let fields = Fields {
-            ord: builder.add_u64_field("ord", INDEXED | FAST),
-            name: builder.add_text_field("name", text.clone()),
-            label: builder.add_text_field("label", text.clone()),
-            description: builder.add_text_field("description", text.clone()),
-            params: builder.add_text_field("params", text.clone()),
-            source: builder.add_text_field("source", text.clone()),
-            id: builder.add_text_field("id", text),
-        };
+        let ord_field = builder.add_u64_field("ord", INDEXED | FAST);
+        let text_field = builder.add_text_field("text", text_options.clone());
+        let name_field = builder.add_text_field("name", text_options);
         let index = Index::create_in_ram(builder.build());
-        let analyzer = analyze::analyzer();
+        let mut analyzer = analyze::analyzer();
         index
             .tokenizers()
             .register(analyze::ANALYZER, analyzer.clone());
 
         let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         writer.set_merge_policy(Box::new(NoMergePolicy));
+        let boilerplate = boilerplate_params(docs);
+        let w = FIELD_WEIGHTS;
+        let mut lengths = Vec::with_capacity(docs.len());
+        for (ord, d) in docs.iter().enumerate() {
+            let params: String = d
+                .params
+                .iter()
+                .filter(|(name, _)| !boilerplate.contains(&(d.source.as_str(), name.as_str())))
+                .map(|(_, text)| text.as_str())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let name_terms = analyze::terms(&mut analyzer, &d.name);
+            let mut text_terms = Vec::new();
+            for _ in 0..w.name {
+                text_terms.extend(name_terms.iter().cloned());
+            }
+            for (text, weight) in [
+                (d.label.as_str(), w.label),
+                (d.description.as_str(), w.description),
+                (params.as_str(), w.params),
+                (d.source.as_str(), w.source),
+                (d.id.as_str(), w.id),
+            ] {
+                if weight == 0 || text.is_empty() {
+                    continue;
+                }
+                let terms = analyze::terms(&mut analyzer, text);
+                for _ in 0..weight {
+                    text_terms.extend(terms.iter().cloned());
+                }
+            }
+            lengths.push([text_terms.len() as u32, name_terms.len() as u32]);
+            let mut doc = tantivy::TantivyDocument::default();
+            doc.add_u64(ord_field, ord as u64);
+            doc.add_pre_tokenized_text(text_field, pre_tokenized(text_terms));
+            doc.add_pre_tokenized_text(name_field, pre_tokenized(name_terms));
+            writer.add_document(doc)?;
+        }
+        writer.commit()?;
+        writer.wait_merging_threads()?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let scorer = Scorer::new(
+            reader.searcher(),
+            ord_field,
+            [text_field, name_field],
+            &lengths,
+        )?;
+
         let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
         for (ord, d) in docs.iter().enumerate() {
-            let mut doc = TantivyDocument::default();
-            doc.add_u64(fields.ord, ord as u64);
-            doc.add_text(fields.name, &d.name);
-            doc.add_text(fields.label, &d.label);
-            doc.add_text(fields.description, &d.description);
-            doc.add_text(fields.params, &d.params);
-            doc.add_text(fields.source, &d.source);
-            doc.add_text(fields.id, &d.id);
-            writer.add_document(doc)?;
             exact.entry(d.id.to_lowercase()).or_default().push(ord);
         }
         // Names after ids, so an exact id match outranks a same-named tool.
@@ -207,26 +249,11 @@ impl SearchIndex {
                 list.push(ord);
             }
         }
-        writer.commit()?;
-        writer.wait_merging_threads()?;
-
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
-        let searcher = reader.searcher();
-        let ords = searcher
-            .segment_readers()
-            .iter()
-            .map(|s| s.fast_fields().u64("ord"))
-            .collect::<tantivy::Result<Vec<_>>>()?;
-        let mut synonym_analyzer = analyzer.clone();
+        let synonyms = Synonyms::new(&mut analyzer);
         Ok(SearchIndex {
-            searcher,
-            ords,
-            fields,
-            synonyms: Synonyms::new(&mut synonym_analyzer),
+            scorer,
             analyzer,
+            synonyms,
             exact,
             len: docs.len(),
         })
@@ -256,6 +283,7 @@ impl SearchIndex {
             .get(&query.trim().to_lowercase())
             .map(|ords| {
                 ords.iter()
+                    .take(limit)
                     .map(|&ord| Hit {
                         ord,
                         score: f32::INFINITY,
@@ -264,57 +292,50 @@ impl SearchIndex {
                     .collect()
             })
             .unwrap_or_default();
-        hits.truncate(limit);
         if hits.len() == limit {
             return hits;
         }
-        let Some(query) = self.build_query(query) else {
-            return hits;
-        };
         let wanted = limit + hits.len();
-        let scored = match self
-            .searcher
-            .search(&query, &TopDocs::with_limit(wanted).order_by_score())
-        {
-            Ok(scored) => scored,
-            Err(e) => {
-                // Only an internal fault gets here (the index is in RAM and read-only).
-                tracing::error!("search failed: {e}");
-                return hits;
-            }
+        let segments = segments(query);
+        let ranked = if segments.len() < 2 {
+            self.ranked(query, wanted)
+        } else {
+            // Whole request first, then each sentence, one rank at a time.
+            let lists: Vec<Vec<(usize, f32)>> = std::iter::once(query)
+                .chain(segments)
+                .map(|q| self.ranked(q, wanted))
+                .collect();
+            interleave(&lists, wanted)
         };
-        for (score, address) in scored {
-            let Some(ord) = self
-                .ords
-                .get(address.segment_ord as usize)
-                .and_then(|c| c.first(address.doc_id))
-            else {
-                continue;
-            };
-            let ord = ord as usize;
-            if hits.iter().any(|h| h.ord == ord) {
-                continue;
-            }
-            hits.push(Hit {
-                ord,
-                score,
-                exact: false,
-            });
+        for (ord, score) in ranked {
             if hits.len() == limit {
                 break;
+            }
+            if !hits.iter().any(|h| h.ord == ord) {
+                hits.push(Hit {
+                    ord,
+                    score,
+                    exact: false,
+                });
             }
         }
         hits
     }
 
-    fn build_query(&self, query: &str) -> Option<BooleanQuery> {
+    /// One scored query: the best `n` entries with their scores.
+    fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
+        let terms = self.weighted_terms(query);
+        if terms.is_empty() {
+            return Vec::new();
+        }
+        self.scorer.top(&terms, NAME_BOOST, n)
+    }
+
+    /// Typed terms at full weight, then synonyms not typed, at a reduced weight.
+    fn weighted_terms(&self, query: &str) -> Vec<WeightedTerm> {
         let mut analyzer = self.analyzer.clone();
         let typed = analyze::terms(&mut analyzer, query);
-        if typed.is_empty() {
-            return None;
-        }
-        // Typed terms at full weight, then synonyms not typed, at a reduced weight.
-        let mut weighted: Vec<(String, f32)> = Vec::new();
+        let mut weighted: Vec<WeightedTerm> = Vec::with_capacity(typed.len() * 4);
         for t in &typed {
             if !weighted.iter().any(|(w, _)| w == t) {
                 weighted.push((t.clone(), 1.0));
@@ -328,30 +349,102 @@ impl SearchIndex {
             }
         }
         weighted.truncate(MAX_QUERY_TERMS);
-        let f = self.fields;
-        let w = FIELD_WEIGHTS;
-        let field_weights = [
-            (f.name, w.name),
-            (f.label, w.label),
-            (f.description, w.description),
-            (f.params, w.params),
-            (f.source, w.source),
-            (f.id, w.id),
-        ];
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        for (term, term_weight) in &weighted {
-            for (field, field_weight) in field_weights {
-                let q = TermQuery::new(
-                    Term::from_field_text(field, term),
-                    IndexRecordOption::WithFreqs,
-                );
-                clauses.push((
-                    Occur::Should,
-                    Box::new(BoostQuery::new(Box::new(q), term_weight * field_weight)),
-                ));
+        weighted
+    }
+}
+
+/// Merges rankings one rank at a time: every list's first, then every list's second...
+fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
+    let mut out: Vec<(usize, f32)> = Vec::with_capacity(n);
+    let depth = lists.iter().map(Vec::len).max().unwrap_or(0);
+    for rank in 0..depth {
+        for list in lists {
+            if let Some(&(ord, score)) = list.get(rank)
+                && !out.iter().any(|(o, _)| *o == ord)
+            {
+                out.push((ord, score));
+                if out.len() == n {
+                    return out;
+                }
             }
         }
-        Some(BooleanQuery::new(clauses))
+    }
+    out
+}
+
+/// The sentences of a request: split at `.`, `?`, `!` or `;` followed by a space. A
+/// sentence of fewer than three words joins the next one, so "e.g. x" or a short aside
+/// does not become a query of its own.
+fn segments(query: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = query.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let end_mark = matches!(b, b'.' | b'?' | b'!' | b';');
+        let followed_by_space = bytes.get(i + 1).is_none_or(|c| c.is_ascii_whitespace());
+        if end_mark && followed_by_space {
+            let sentence = query[start..=i].trim();
+            if sentence.split_whitespace().count() >= 3 {
+                out.push(sentence);
+                start = i + 1;
+            }
+        }
+    }
+    let rest = query[start..].trim();
+    if rest.split_whitespace().count() >= 3 {
+        out.push(rest);
+    } else if !rest.is_empty()
+        && let Some(last) = out.pop()
+    {
+        // A short tail belongs to the sentence before it.
+        let from = last.as_ptr() as usize - query.as_ptr() as usize;
+        out.push(query[from..].trim());
+    }
+    out.truncate(MAX_SEGMENTS);
+    out
+}
+
+/// Parameters that more than half of one source's tools take (`tenant`, `retry-mode`,
+/// `page`, `auth-method`) say nothing about what a tool does, and their text would only
+/// make every tool of that source longer. They are left out of the scored text.
+fn boilerplate_params(docs: &[IndexDoc]) -> HashSet<(&str, &str)> {
+    let mut tools: HashMap<&str, usize> = HashMap::new();
+    let mut uses: HashMap<(&str, &str), usize> = HashMap::new();
+    for d in docs {
+        *tools.entry(d.source.as_str()).or_default() += 1;
+        let mut seen = HashSet::new();
+        for (name, _) in &d.params {
+            if seen.insert(name.as_str()) {
+                *uses.entry((d.source.as_str(), name.as_str())).or_default() += 1;
+            }
+        }
+    }
+    uses.into_iter()
+        .filter(|((source, _), n)| {
+            let total = tools.get(source).copied().unwrap_or(0);
+            total >= BOILERPLATE_MIN_TOOLS && 2 * n > total
+        })
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// Tokens for tantivy. Positions and offsets are not indexed (`WithFreqs`), so they only
+/// need to be well-formed.
+fn pre_tokenized(terms: Vec<String>) -> PreTokenizedString {
+    let tokens = terms
+        .into_iter()
+        .enumerate()
+        .map(|(position, text)| Token {
+            offset_from: 0,
+            offset_to: 0,
+            position,
+            text,
+            position_length: 1,
+        })
+        .collect();
+    PreTokenizedString {
+        text: String::new(),
+        tokens,
     }
 }
 
@@ -430,13 +523,81 @@ mod tests {
     }
 
     #[test]
+    fn requests_split_into_sentences() {
+        assert_eq!(
+            segments("Find a cheap flight to Paris. Then book a hotel near the Louvre."),
+            [
+                "Find a cheap flight to Paris.",
+                "Then book a hotel near the Louvre."
+            ]
+        );
+        assert_eq!(segments("create a github issue"), ["create a github issue"]);
+        assert_eq!(
+            segments("See e.g. the docs. Ok."),
+            ["See e.g. the docs. Ok."]
+        );
+        assert!(segments("").is_empty());
+    }
+
+    #[test]
+    fn interleaving_takes_each_lists_best_first() {
+        let lists = vec![
+            vec![(1, 0.0), (2, 0.0)],
+            vec![(3, 0.0), (1, 0.0)],
+            vec![(4, 0.0)],
+        ];
+        let ords: Vec<usize> = interleave(&lists, 10).into_iter().map(|(o, _)| o).collect();
+        assert_eq!(ords, [1, 3, 4, 2]);
+        assert_eq!(interleave(&lists, 2).len(), 2);
+    }
+
+    #[test]
+    fn multi_part_requests_surface_each_parts_tool() {
+        let idx = SearchIndex::build(&[
+            doc("a", "search_flights", "Search flights between two airports"),
+            doc("b", "book_hotel", "Book a hotel room"),
+            doc(
+                "c",
+                "flight_status",
+                "Flight status of a flight number, flight delays",
+            ),
+        ])
+        .unwrap();
+        let hits = idx.search("Search flights for a flight to Paris, flight number please. Then book a hotel room there.", 2);
+        let ords: Vec<usize> = hits.iter().map(|h| h.ord).collect();
+        assert!(ords.contains(&1), "{ords:?}");
+    }
+
+    #[test]
+    fn boilerplate_parameters_are_detected_per_source() {
+        let docs: Vec<IndexDoc> = (0..10)
+            .map(|i| IndexDoc {
+                id: format!("t{i}"),
+                name: format!("t{i}"),
+                source: "mcp azure".into(),
+                params: vec![
+                    ("tenant".into(), "tenant the tenant id".into()),
+                    (format!("p{i}"), "own".into()),
+                ],
+                ..Default::default()
+            })
+            .collect();
+        let b = boilerplate_params(&docs);
+        assert!(b.contains(&("mcp azure", "tenant")));
+        assert!(!b.contains(&("mcp azure", "p1")));
+    }
+
+    #[test]
     fn param_text_is_bounded_and_walks_nesting() {
         let schema = serde_json::json!({"type": "object", "properties": {
             "repo": {"type": "string", "description": "owner/name"},
             "state": {"enum": ["open", "closed"]},
             "filter": {"type": "object", "properties": {"label": {"description": "a label"}}}
         }});
-        let t = IndexDoc::param_text(&schema);
+        let t: String = IndexDoc::param_text(&schema)
+            .into_iter()
+            .map(|(_, t)| t + " ")
+            .collect();
         for w in [
             "repo",
             "owner/name",
@@ -456,6 +617,6 @@ mod tests {
             );
         }
         let t = IndexDoc::param_text(&serde_json::json!({"properties": props}));
-        assert!(t.len() <= MAX_PARAM_TEXT_BYTES);
+        assert!(t.iter().map(|(_, t)| t.len()).sum::<usize>() <= MAX_PARAM_TEXT_BYTES);
     }
 }
