@@ -21,7 +21,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::catalog::{CatalogMode, ExecutionMode, Source, ToolDescriptor, index_doc, safe_name};
+use crate::catalog::{
+    CatalogMode, ExecutionMode, Schema, Source, ToolDescriptor, index_doc, safe_name,
+};
 use crate::error::{Error, Result};
 use crate::search::SearchIndex;
 
@@ -95,10 +97,11 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
                 "duplicate id in the data set",
             ));
         }
+        let schema = t.input_schema.clone().unwrap_or(Value::Null);
         let descriptor = ToolDescriptor {
             name: t.name.clone(),
             description: t.description.clone(),
-            input_schema: t.input_schema.clone().unwrap_or(Value::Null),
+            input_schema: Schema::from_value(&schema),
             output_schema: None,
             label: None,
             source: Source::Openclaw,
@@ -115,7 +118,7 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
             execution_mode: ExecutionMode::Parallel,
             origin: String::new(),
         };
-        docs.push(index_doc(&descriptor, &t.id));
+        docs.push(index_doc(&descriptor, &t.id, &schema));
     }
     let index = SearchIndex::build(&docs)?;
     let depth = ks.iter().chain(NDCG_KS.iter()).copied().max().unwrap_or(10);

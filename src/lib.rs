@@ -16,6 +16,7 @@ pub mod eval;
 pub mod policy;
 pub mod report;
 pub mod search;
+pub mod synth;
 
 pub use catalog::{Catalog, CompactDescriptor, ToolDescriptor};
 pub use config::Config;

@@ -34,7 +34,8 @@ pub struct CompactDescriptor {
 }
 
 impl CompactDescriptor {
-    pub fn of(tool: &ToolDescriptor) -> Self {
+    /// `schema` is `tool.input_schema` parsed (the caller parses once for every use).
+    pub fn of(tool: &ToolDescriptor, schema: &Value) -> Self {
         CompactDescriptor {
             id: tool.id(),
             source: tool.source,
@@ -46,7 +47,7 @@ impl CompactDescriptor {
                 MAX_DESCRIPTION_CHARS,
             ),
             input: if tool.source.is_trusted() {
-                signature(&tool.input_schema)
+                signature(schema)
             } else {
                 UNKNOWN_SIGNATURE.to_string()
             },

@@ -22,7 +22,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::descriptor::{
-    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Source, ToolDescriptor, safe_name,
+    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Schema, Source, ToolDescriptor,
+    safe_name,
 };
 use crate::error::{Error, Result};
 
@@ -313,6 +314,9 @@ fn parse_mcp_result(
     let server = safe_name(&server);
     let mut out = Vec::with_capacity(result.tools.len());
     for (i, tool) in result.tools.into_iter().enumerate() {
+        let (input_schema, output_schema) =
+            schemas(&tool.input_schema, tool.output_schema.as_ref())
+                .map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
         let descriptor = ToolDescriptor {
             executor: Some(ExecutorSpec::Mcp {
                 server: server.clone(),
@@ -320,8 +324,8 @@ fn parse_mcp_result(
             }),
             name: tool.name,
             description: tool.description.unwrap_or_default(),
-            input_schema: tool.input_schema,
-            output_schema: tool.output_schema,
+            input_schema,
+            output_schema,
             label: tool.title,
             source: Source::Mcp,
             source_name: server.clone(),
@@ -398,10 +402,13 @@ fn parse_openai_tools(
                 }
             },
         };
+        let parameters = parameters.unwrap_or_else(empty_object_schema);
+        let (input_schema, _) =
+            schemas(&parameters, None).map_err(|(_, m)| (format!("/{i}/parameters"), m))?;
         let descriptor = ToolDescriptor {
             name,
             description: description.unwrap_or_default(),
-            input_schema: parameters.unwrap_or_else(empty_object_schema),
+            input_schema,
             output_schema: None,
             label: None,
             source: Source::Client,
@@ -530,11 +537,13 @@ impl RawDescriptor {
                 ),
             ));
         }
+        let (input_schema, output_schema) =
+            schemas(&self.input_schema, self.output_schema.as_ref())?;
         let descriptor = ToolDescriptor {
             name: self.name,
             description: self.description,
-            input_schema: self.input_schema,
-            output_schema: self.output_schema,
+            input_schema,
+            output_schema,
             label: self.label,
             source,
             source_name,
@@ -589,10 +598,6 @@ pub(crate) fn validate(d: &ToolDescriptor) -> std::result::Result<(), Located> {
             ),
         ));
     }
-    check_schema("/input_schema", &d.input_schema)?;
-    if let Some(output) = &d.output_schema {
-        check_schema("/output_schema", output)?;
-    }
     if let Some(ExecutorSpec::Command { command, .. }) = &d.executor
         && command.first().is_none_or(|p| p.is_empty())
     {
@@ -604,7 +609,19 @@ pub(crate) fn validate(d: &ToolDescriptor) -> std::result::Result<(), Located> {
     Ok(())
 }
 
-fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<(), Located> {
+/// Checks the schemas of one tool and keeps them as text.
+fn schemas(
+    input: &Value,
+    output: Option<&Value>,
+) -> std::result::Result<(Schema, Option<Schema>), Located> {
+    let input = check_schema("/input_schema", input)?;
+    let output = output
+        .map(|o| check_schema("/output_schema", o))
+        .transpose()?;
+    Ok((input, output))
+}
+
+fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<Schema, Located> {
     if !schema.is_object() {
         return Err((
             pointer.into(),
@@ -624,7 +641,8 @@ fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<(), Locate
             ),
         ));
     }
-    let bytes = serde_json::to_vec(schema).map(|v| v.len()).unwrap_or(0);
+    let compact = Schema::from_value(schema);
+    let bytes = compact.as_str().len();
     if bytes > limits::MAX_SCHEMA_BYTES {
         return Err((
             pointer.into(),
@@ -634,7 +652,7 @@ fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<(), Locate
             ),
         ));
     }
-    Ok(())
+    Ok(compact)
 }
 
 pub(crate) fn json_type_name(v: &Value) -> &'static str {

@@ -23,8 +23,8 @@ use serde_json::Value;
 
 pub use compact::CompactDescriptor;
 pub use descriptor::{
-    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Source, ToolDescriptor, safe_name,
-    tool_id,
+    Availability, CatalogMode, ExecutionMode, ExecutorSpec, Schema, Source, ToolDescriptor,
+    safe_name, tool_id,
 };
 pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
 
@@ -54,22 +54,24 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn new(descriptor: ToolDescriptor) -> Self {
-        Entry {
-            id: descriptor.id(),
-            compact: CompactDescriptor::of(&descriptor),
+    /// The entry, and its index document when it is to be searched.
+    fn new(descriptor: ToolDescriptor, indexed: bool) -> (Self, Option<IndexDoc>) {
+        let id = descriptor.id();
+        let schema = descriptor.input_schema.value();
+        let doc = indexed.then(|| index_doc(&descriptor, &id, &schema));
+        let entry = Entry {
+            compact: CompactDescriptor::of(&descriptor, &schema),
+            id,
             descriptor,
-        }
-    }
-
-    pub fn index_doc(&self) -> IndexDoc {
-        index_doc(&self.descriptor, &self.id)
+        };
+        (entry, doc)
     }
 }
 
-/// The index's view of a descriptor. `id` is a parameter so that `eval` can keep a data
-/// set's own ids while indexing exactly as production does.
-pub fn index_doc(d: &ToolDescriptor, id: &str) -> IndexDoc {
+/// The index's view of a descriptor; `schema` is its input schema, parsed. `id` is a
+/// parameter so that `eval` can keep a data set's own ids while indexing exactly as
+/// production does.
+pub fn index_doc(d: &ToolDescriptor, id: &str, schema: &Value) -> IndexDoc {
     let mut label = d.label.clone().unwrap_or_default();
     for tag in &d.tags {
         label.push(' ');
@@ -81,7 +83,7 @@ pub fn index_doc(d: &ToolDescriptor, id: &str) -> IndexDoc {
         label,
         description: d.description.clone(),
         params: if d.source.is_trusted() {
-            IndexDoc::param_text(&d.input_schema)
+            IndexDoc::param_text(schema)
         } else {
             Vec::new()
         },
@@ -152,14 +154,20 @@ impl Catalog {
     pub fn build(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Self> {
         let plan = plan::plan(descriptors, facts)?;
         let cataloged = plan.cataloged.len();
-        let entries: Vec<Entry> = plan
+        let mut entries = Vec::with_capacity(cataloged + plan.direct_only.len());
+        let mut docs = Vec::with_capacity(cataloged);
+        for (i, d) in plan
             .cataloged
             .into_iter()
             .chain(plan.direct_only)
-            .map(Entry::new)
-            .collect();
-        let docs: Vec<IndexDoc> = entries[..cataloged].iter().map(Entry::index_doc).collect();
+            .enumerate()
+        {
+            let (entry, doc) = Entry::new(d, i < cataloged);
+            entries.push(entry);
+            docs.extend(doc);
+        }
         let index = SearchIndex::build(&docs)?;
+        drop(docs);
         let mut by_id = HashMap::with_capacity(entries.len());
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -375,8 +383,8 @@ impl Catalog {
         let e = self.resolve(requested)?;
         Ok(Description {
             compact: e.compact.clone(),
-            input_schema: e.descriptor.input_schema.clone(),
-            output_schema: e.descriptor.output_schema.clone(),
+            input_schema: e.descriptor.input_schema.value(),
+            output_schema: e.descriptor.output_schema.as_ref().map(Schema::value),
             catalog_mode: e.descriptor.catalog_mode,
             execution_mode: e.descriptor.execution_mode,
         })

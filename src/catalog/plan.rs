@@ -22,7 +22,7 @@
 //!
 //! A plan is computed whole from its inputs; a change of tools or policy plans again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -115,14 +115,14 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
     }
     let filtered = before - kept.len();
 
-    let plugins: Vec<&str> = kept
+    let plugins: BTreeSet<String> = kept
         .iter()
         .filter(|t| t.source == Source::Openclaw && t.source_name != "core")
-        .map(|t| t.source_name.as_str())
+        .map(|t| t.source_name.clone())
         .collect();
     let mut hidden = Vec::new();
     let mut visible = Vec::new();
-    for tool in &kept {
+    for tool in kept {
         let mut diagnostics = Vec::new();
         if tool.source == Source::Openclaw
             && facts.config.plugins.disabled.contains(&tool.source_name)
@@ -141,13 +141,13 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
             diagnostics.extend(d);
         }
         if diagnostics.is_empty() {
-            visible.push(tool.clone());
+            visible.push(tool);
         } else {
             hidden.push(HiddenTool {
                 id: tool.id(),
-                name: tool.name.clone(),
+                name: tool.name,
                 source: tool.source,
-                source_name: tool.source_name.clone(),
+                source_name: tool.source_name,
                 diagnostics,
             });
         }
@@ -255,7 +255,7 @@ fn merge_registry(
 fn check(
     a: &Availability,
     facts: &Facts<'_>,
-    plugins: &[&str],
+    plugins: &BTreeSet<String>,
 ) -> std::result::Result<(), Vec<Diagnostic>> {
     let fail = |reason: &str, message: String| {
         Err(vec![Diagnostic {
@@ -292,7 +292,7 @@ fn check(
                     "plugin-enabled",
                     format!("plugin `{id}` is disabled ([plugins] disabled)"),
                 )
-            } else if !plugins.contains(&id.as_str()) {
+            } else if !plugins.contains(id) {
                 fail("plugin-enabled", format!("plugin `{id}` is not loaded"))
             } else {
                 Ok(())
@@ -378,7 +378,9 @@ mod tests {
         ToolDescriptor {
             name: name.into(),
             description: format!("{name} tool"),
-            input_schema: serde_json::json!({"type": "object"}),
+            input_schema: crate::catalog::Schema::from_value(
+                &serde_json::json!({"type": "object"}),
+            ),
             output_schema: None,
             label: None,
             source,

@@ -101,7 +101,9 @@ mod tests {
         ToolDescriptor {
             name: name.into(),
             description: String::new(),
-            input_schema: serde_json::json!({"type": "object"}),
+            input_schema: crate::catalog::Schema::from_value(
+                &serde_json::json!({"type": "object"}),
+            ),
             output_schema: None,
             label: None,
             source,

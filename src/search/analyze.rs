@@ -13,9 +13,6 @@ use tantivy::tokenizer::{
     TokenStream, Tokenizer,
 };
 
-/// The name the analyzer is registered under in the index.
-pub const ANALYZER: &str = "toolsearch";
-
 /// Longer tokens are noise (base64, hashes) and are dropped.
 const MAX_TOKEN_BYTES: usize = 40;
 
