@@ -52,7 +52,7 @@ fn main() {
             let docs: Vec<IndexDoc> = c
                 .cataloged()
                 .iter()
-                .map(|e| index_doc(&e.descriptor, &e.id))
+                .map(|e| index_doc(&e.descriptor, &e.id, &e.descriptor.input_schema.value()))
                 .collect();
             let started = Instant::now();
             let index = SearchIndex::build(&docs).expect("index builds");

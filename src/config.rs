@@ -286,7 +286,7 @@ impl Config {
             .parse()
             .map_err(|e: toml::de::Error| bad(one_line(&e)))?;
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
-            .map_err(|e| bad(format!("{}: {}", e.path(), e.inner())))?;
+            .map_err(|e| bad(format!("{}: {}", e.path(), one_line(e.inner()))))?;
 
         let tool_search = match raw.tools.tool_search {
             None => ToolSearchSettings::default(),
@@ -297,7 +297,13 @@ impl Config {
             },
             Some(toml::Value::Table(t)) => {
                 let raw_ts: RawToolSearch = serde_path_to_error::deserialize(toml::Value::Table(t))
-                    .map_err(|e| bad(format!("tools.toolSearch.{}: {}", e.path(), e.inner())))?;
+                    .map_err(|e| {
+                        bad(format!(
+                            "tools.toolSearch.{}: {}",
+                            e.path(),
+                            one_line(e.inner())
+                        ))
+                    })?;
                 clamp_tool_search(raw_ts)
             }
             Some(other) => {
@@ -358,10 +364,16 @@ impl Config {
     }
 }
 
-/// toml's errors span several lines (a snippet with a caret); one line reads better in a
-/// terminal and in logs.
+/// toml's errors span several lines (a snippet with a caret, an `in `key`` line); one
+/// line reads better in a terminal and in logs, and the key path is given separately.
 fn one_line(e: &toml::de::Error) -> String {
-    let message = e.message().trim().to_string();
+    let message = e
+        .message()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     match e.span() {
         Some(span) => format!("at byte {}: {message}", span.start),
         None => message,

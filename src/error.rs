@@ -21,6 +21,14 @@ pub enum Error {
         message: String,
     },
 
+    /// A data set for `eval` (queries or tools) cannot be read.
+    #[error("{}: {location}: {message}", file.display())]
+    BadDataset {
+        file: PathBuf,
+        location: String,
+        message: String,
+    },
+
     /// The configuration file is unreadable, has a wrong type or an unknown key.
     #[error("{}: {message}", file.display())]
     BadConfig { file: PathBuf, message: String },
@@ -101,6 +109,7 @@ impl Error {
         match self {
             Error::BadCatalog { .. } => "bad-catalog",
             Error::BadConfig { .. } => "bad-config",
+            Error::BadDataset { .. } => "bad-dataset",
             Error::DuplicateToolName { .. } => "duplicate-tool-name",
             Error::MissingExecutor { .. } => "missing-executor",
             Error::UnknownTool { .. } => "unknown-tool",
@@ -121,6 +130,7 @@ impl Error {
             | Error::UnavailableTool { .. } => 1,
             Error::BadCatalog { .. }
             | Error::BadConfig { .. }
+            | Error::BadDataset { .. }
             | Error::DuplicateToolName { .. }
             | Error::MissingExecutor { .. }
             | Error::InvalidRequest(_)

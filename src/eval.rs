@@ -21,6 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::catalog::load::json_error_message;
 use crate::catalog::{
     CatalogMode, ExecutionMode, Schema, Source, ToolDescriptor, index_doc, safe_name,
 };
@@ -91,11 +92,11 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
     let mut docs = Vec::with_capacity(tools.len());
     for t in &tools {
         if !seen.insert(t.id.as_str()) {
-            return Err(Error::bad_catalog(
-                catalog,
-                format!("id {}", t.id),
-                "duplicate id in the data set",
-            ));
+            return Err(Error::BadDataset {
+                file: catalog.to_path_buf(),
+                location: format!("id {}", t.id),
+                message: "duplicate id in the data set".into(),
+            });
         }
         let schema = t.input_schema.clone().unwrap_or(Value::Null);
         let descriptor = ToolDescriptor {
@@ -147,18 +148,22 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
 }
 
 fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+    let bad = |location: String, message: String| Error::BadDataset {
+        file: path.to_path_buf(),
+        location,
+        message,
+    };
     let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
+        .map_err(|e| bad("open".into(), format!("cannot read: {e}")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let item = serde_json::from_str(line).map_err(|e| {
-            Error::bad_catalog(
-                path,
+            bad(
                 format!("line {}, column {}", i + 1, e.column()),
-                e.to_string(),
+                json_error_message(&e),
             )
         })?;
         out.push(item);

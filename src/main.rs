@@ -89,7 +89,10 @@ fn main() -> ExitCode {
         .with_target(false)
         .without_time()
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let json = match &cli.command {
         Command::Catalog { json }
         | Command::Search { json, .. }
@@ -108,6 +111,28 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code() as u8)
         }
     }
+}
+
+/// Clap's own errors (help and version included) print as clap prints them; with `--json`
+/// anywhere on the line a usage error is also one JSON document on stdout.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if std::env::args_os().any(|a| a == "--json") {
+        let message = e.kind().to_string();
+        let detail = e.to_string();
+        let first = detail
+            .lines()
+            .next()
+            .unwrap_or(&message)
+            .trim_start_matches("error: ");
+        print_json(&serde_json::json!({"error": {"code": "usage", "message": first}}));
+    }
+    let _ = e.print();
+    ExitCode::from(2)
 }
 
 /// The options every catalog command shares.

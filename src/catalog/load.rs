@@ -132,7 +132,7 @@ fn parse_jsonl(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
             Error::bad_catalog(
                 path,
                 format!("line {line_no}, column {}", e.column()),
-                e.to_string(),
+                json_error_message(&e),
             )
         })?;
         let at = |pointer: &str| format!("line {line_no}{}", pointer_suffix(pointer));
@@ -152,7 +152,7 @@ fn parse_json(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
         Error::bad_catalog(
             path,
             format!("line {}, column {}", e.line(), e.column()),
-            e.to_string(),
+            json_error_message(&e),
         )
     })?;
     let mut base = String::new();
@@ -196,6 +196,16 @@ fn parse_json(path: &Path, text: &str) -> Result<Vec<ToolDescriptor>> {
             "/".into(),
             "expected an object with `tools` or an array of OpenAI tools".into(),
         )),
+    }
+}
+
+/// serde_json's message without the ` at line L column C` it appends: the caller reports
+/// the position itself (the line of a JSONL file, not of the one-line document).
+pub(crate) fn json_error_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) if e.line() > 0 => text[..i].to_string(),
+        _ => text,
     }
 }
 
@@ -314,9 +324,11 @@ fn parse_mcp_result(
     let server = safe_name(&server);
     let mut out = Vec::with_capacity(result.tools.len());
     for (i, tool) in result.tools.into_iter().enumerate() {
-        let (input_schema, output_schema) =
-            schemas(&tool.input_schema, tool.output_schema.as_ref())
-                .map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
+        let (input_schema, output_schema) = schemas(
+            ("inputSchema", &tool.input_schema),
+            tool.output_schema.as_ref().map(|o| ("outputSchema", o)),
+        )
+        .map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
         let descriptor = ToolDescriptor {
             executor: Some(ExecutorSpec::Mcp {
                 server: server.clone(),
@@ -342,30 +354,11 @@ fn parse_mcp_result(
     Ok(out)
 }
 
-#[derive(Deserialize)]
-struct RawOpenAiTool {
-    #[serde(rename = "type")]
-    kind: String,
-    /// Chat Completions nests the function; Responses puts its fields at the top.
-    #[serde(default)]
-    function: Option<RawOpenAiFunction>,
-    #[serde(flatten)]
-    flat: RawOpenAiFunctionFlat,
-}
-
+/// The function of an OpenAI tool: nested under `function` (Chat Completions) or at the
+/// top of the tool (Responses). Other keys (`type`, `strict`) are ignored.
 #[derive(Deserialize)]
 struct RawOpenAiFunction {
     name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct RawOpenAiFunctionFlat {
-    #[serde(default)]
-    name: Option<String>,
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
@@ -377,34 +370,32 @@ fn parse_openai_tools(
     items: Vec<Value>,
 ) -> std::result::Result<Vec<ToolDescriptor>, Located> {
     let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        let at = |(p, m): Located| (format!("/{i}{}", p.trim_end_matches('/')), m);
-        let raw: RawOpenAiTool = typed(item).map_err(at)?;
-        if raw.kind != "function" {
+    for (i, mut item) in items.into_iter().enumerate() {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind != "function" {
             return Err((
                 format!("/{i}/type"),
                 format!(
-                    "tool type `{}` is not supported; only `function` tools can be cataloged",
-                    raw.kind
+                    "tool type `{kind}` is not supported; only `function` tools can be cataloged"
                 ),
             ));
         }
-        let (name, description, parameters) = match raw.function {
-            Some(f) => (f.name, f.description, f.parameters),
-            None => match raw.flat.name {
-                Some(name) => (name, raw.flat.description, raw.flat.parameters),
-                None => {
-                    return Err((
-                        format!("/{i}"),
-                        "a function tool needs `function.name` (Chat Completions) or `name` (Responses)"
-                            .into(),
-                    ));
-                }
-            },
+        if item.get("function").is_none() && item.get("name").is_none() {
+            return Err((
+                format!("/{i}"),
+                "a function tool needs `function.name` (Chat Completions) or `name` (Responses)"
+                    .into(),
+            ));
+        }
+        let (function, base) = match item.get_mut("function") {
+            Some(f) => (f.take(), format!("/{i}/function")),
+            None => (item, format!("/{i}")),
         };
-        let parameters = parameters.unwrap_or_else(empty_object_schema);
-        let (input_schema, _) =
-            schemas(&parameters, None).map_err(|(_, m)| (format!("/{i}/parameters"), m))?;
+        let at = |(p, m): Located| (format!("{base}{}", p.trim_end_matches('/')), m);
+        let f: RawOpenAiFunction = typed(function).map_err(at)?;
+        let parameters = f.parameters.unwrap_or_else(empty_object_schema);
+        let (input_schema, _) = schemas(("parameters", &parameters), None).map_err(at)?;
+        let (name, description) = (f.name, f.description);
         let descriptor = ToolDescriptor {
             name,
             description: description.unwrap_or_default(),
@@ -537,8 +528,10 @@ impl RawDescriptor {
                 ),
             ));
         }
-        let (input_schema, output_schema) =
-            schemas(&self.input_schema, self.output_schema.as_ref())?;
+        let (input_schema, output_schema) = schemas(
+            ("input_schema", &self.input_schema),
+            self.output_schema.as_ref().map(|o| ("output_schema", o)),
+        )?;
         let descriptor = ToolDescriptor {
             name: self.name,
             description: self.description,
@@ -609,14 +602,15 @@ pub(crate) fn validate(d: &ToolDescriptor) -> std::result::Result<(), Located> {
     Ok(())
 }
 
-/// Checks the schemas of one tool and keeps them as text.
+/// Checks the schemas of one tool and keeps them as text. Each comes with the key it has
+/// in its file's format (`input_schema`, `inputSchema`, `parameters`), for the pointer.
 fn schemas(
-    input: &Value,
-    output: Option<&Value>,
+    input: (&str, &Value),
+    output: Option<(&str, &Value)>,
 ) -> std::result::Result<(Schema, Option<Schema>), Located> {
-    let input = check_schema("/input_schema", input)?;
+    let input = check_schema(&format!("/{}", input.0), input.1)?;
     let output = output
-        .map(|o| check_schema("/output_schema", o))
+        .map(|(key, o)| check_schema(&format!("/{key}"), o))
         .transpose()?;
     Ok((input, output))
 }

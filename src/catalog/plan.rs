@@ -94,7 +94,8 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
             .iter()
             .map(|t| (t.source.as_str(), t.source_name.as_str())),
     );
-    let policy = Policy::from_config(facts.config, &toolsets)?;
+    let policy =
+        Policy::from_config(facts.config, &toolsets).map_err(|e| in_config(facts.config, e))?;
     let before = merged.len();
     let mut kept: Vec<ToolDescriptor> = merged
         .into_iter()
@@ -107,7 +108,8 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
         })
         .collect();
     if let Some(active) = &facts.config.tools.active {
-        let set = PatternSet::compile(active, &toolsets, "tools.active")?;
+        let set = PatternSet::compile(active, &toolsets, "tools.active")
+            .map_err(|e| in_config(facts.config, e))?;
         for p in set.unmatched(&kept, &toolsets) {
             tracing::debug!("tools.active: `{p}` matches no tool; skipped");
         }
@@ -175,6 +177,17 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
     })
 }
 
+/// A bad tool pattern is a mistake in the config file: say which file.
+fn in_config(config: &Config, e: Error) -> Error {
+    Error::BadConfig {
+        file: config
+            .file
+            .clone()
+            .unwrap_or_else(|| "(built-in defaults)".into()),
+        message: e.to_string(),
+    }
+}
+
 fn sort(tools: &mut [ToolDescriptor]) {
     tools.sort_by_cached_key(|t| (t.sort_key.clone().unwrap_or_else(|| t.name.clone()), t.id()));
 }
@@ -200,53 +213,52 @@ fn merge_registry(
     config: &Config,
     notices: &mut Vec<Notice>,
 ) -> Vec<ToolDescriptor> {
-    let (registry, others): (Vec<_>, Vec<_>) = descriptors
-        .into_iter()
-        .partition(|d| d.source == Source::Openclaw);
+    // A disabled plugin is not loaded: its tools replace nothing, and are only listed as
+    // hidden (reason plugin-enabled) further on.
+    let (registry, others): (Vec<_>, Vec<_>) = descriptors.into_iter().partition(|d| {
+        d.source == Source::Openclaw && !config.plugins.disabled.contains(&d.source_name)
+    });
     // Core builtins first, then plugins in the order they were loaded.
     let (core, plugins): (Vec<_>, Vec<_>) =
         registry.into_iter().partition(|d| d.source_name == "core");
+    let core_names: BTreeSet<String> = core.iter().map(|d| d.name.clone()).collect();
     let mut by_name: BTreeMap<String, ToolDescriptor> = BTreeMap::new();
     for d in core {
         by_name.insert(d.name.clone(), d);
     }
     for d in plugins {
         let plugin = d.source_name.clone();
-        match by_name.get(&d.name) {
-            Some(existing) if existing.source_name == "core" => {
-                if config.plugins.allow_core_override.contains(&plugin) {
-                    notices.push(Notice {
-                        code: "core-override".into(),
-                        message: format!(
-                            "plugin `{plugin}` replaces core tool `{}` (admitted by [plugins] allow_core_override)",
-                            d.name
-                        ),
-                    });
-                    by_name.insert(d.name.clone(), d);
-                } else {
-                    notices.push(Notice {
-                        code: "override-refused".into(),
-                        message: format!(
-                            "plugin `{plugin}` defines `{}`, a core tool; the core tool is kept (add `{plugin}` to [plugins] allow_core_override to let it replace it)",
-                            d.name
-                        ),
-                    });
-                }
-            }
-            Some(existing) => {
-                notices.push(Notice {
-                    code: "plugin-replaced".into(),
-                    message: format!(
-                        "plugin `{plugin}` replaces `{}` of plugin `{}` (last loaded wins)",
-                        d.name, existing.source_name
-                    ),
-                });
-                by_name.insert(d.name.clone(), d);
-            }
-            None => {
-                by_name.insert(d.name.clone(), d);
-            }
+        // Replacing a core tool needs admission, also when an admitted plugin replaced it
+        // first: admission is per plugin, not per name.
+        if core_names.contains(&d.name) && !config.plugins.allow_core_override.contains(&plugin) {
+            notices.push(Notice {
+                code: "override-refused".into(),
+                message: format!(
+                    "plugin `{plugin}` defines `{}`, a core tool; it is not used (add `{plugin}` to [plugins] allow_core_override to let it replace the core tool)",
+                    d.name
+                ),
+            });
+            continue;
         }
+        let notice = match by_name.get(&d.name) {
+            Some(existing) if existing.source_name == "core" => Some(Notice {
+                code: "core-override".into(),
+                message: format!(
+                    "plugin `{plugin}` replaces core tool `{}` (admitted by [plugins] allow_core_override)",
+                    d.name
+                ),
+            }),
+            Some(existing) => Some(Notice {
+                code: "plugin-replaced".into(),
+                message: format!(
+                    "plugin `{plugin}` replaces `{}` of plugin `{}` (last loaded wins)",
+                    d.name, existing.source_name
+                ),
+            }),
+            None => None,
+        };
+        notices.extend(notice);
+        by_name.insert(d.name.clone(), d);
     }
     by_name.into_values().chain(others).collect()
 }
