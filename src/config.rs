@@ -40,6 +40,15 @@
 //! [toolsets.planning]
 //! tools = ["calendar", "openclaw:tickets:*"]
 //! aliases = ["plan"]
+//!
+//! [[approvals]]                            # calls to these need an approval
+//! tools = ["openclaw:*:delete_*"]
+//! timeout_ms = 60000                       # no answer in time is a deny
+//!
+//! [[hooks.before_tool_call]]               # JSON event on stdin, decision on stdout
+//! command = ["/usr/local/bin/audit-hook"]
+//! timeout_ms = 5000
+//! env = ["AUDIT_TOKEN"]                    # the only variables it gets
 //! ```
 
 use std::collections::BTreeMap;
@@ -150,6 +159,38 @@ pub struct CatalogConfig {
     pub paths: Vec<PathBuf>,
 }
 
+/// `[[approvals]]`: calls to these tools need an approval.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    pub tools: Vec<String>,
+    /// No answer within this time is a deny.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// One command hook.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Environment variables passed to the hook; it gets no others.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// `[[hooks.before_tool_call]]` and `[[hooks.after_tool_call]]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksConfig {
+    #[serde(default)]
+    pub before_tool_call: Vec<HookConfig>,
+    #[serde(default)]
+    pub after_tool_call: Vec<HookConfig>,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawToolsetConfig {
@@ -203,6 +244,10 @@ struct RawConfig {
     policy: PolicyLevels,
     #[serde(default)]
     toolsets: BTreeMap<String, RawToolsetConfig>,
+    #[serde(default)]
+    approvals: Vec<ApprovalConfig>,
+    #[serde(default)]
+    hooks: HooksConfig,
 }
 
 /// `[tools]` after validation.
@@ -229,6 +274,8 @@ pub struct Config {
     pub settings: toml::Table,
     pub policy: PolicyLevels,
     pub toolsets: BTreeMap<String, Toolset>,
+    pub approvals: Vec<ApprovalConfig>,
+    pub hooks: HooksConfig,
 }
 
 impl Default for Config {
@@ -248,6 +295,8 @@ impl Default for Config {
             settings: toml::Table::new(),
             policy: PolicyLevels::default(),
             toolsets: BTreeMap::new(),
+            approvals: Vec::new(),
+            hooks: HooksConfig::default(),
         }
     }
 }
@@ -323,6 +372,19 @@ impl Config {
                 .map(|p| if p.is_absolute() { p } else { base.join(p) })
                 .collect(),
         };
+        for (phase, hooks) in [
+            ("before_tool_call", &raw.hooks.before_tool_call),
+            ("after_tool_call", &raw.hooks.after_tool_call),
+        ] {
+            if let Some(i) = hooks
+                .iter()
+                .position(|h| h.command.first().is_none_or(|p| p.is_empty()))
+            {
+                return Err(bad(format!(
+                    "hooks.{phase}[{i}].command: needs the program as its first element"
+                )));
+            }
+        }
         Ok(Config {
             file: Some(path.to_path_buf()),
             tools: ToolsConfig {
@@ -350,6 +412,8 @@ impl Config {
                     )
                 })
                 .collect(),
+            approvals: raw.approvals,
+            hooks: raw.hooks,
         })
     }
 

@@ -69,6 +69,17 @@ pub enum Error {
     #[error("tool `{id}` is unavailable: {reason}")]
     UnavailableTool { id: String, reason: String },
 
+    /// The arguments do not satisfy the tool's input schema.
+    #[error("invalid arguments for `{id}`: {}", .errors.join("; "))]
+    InvalidArguments { id: String, errors: Vec<String> },
+
+    /// A tool's input schema cannot be compiled, so its calls cannot be checked (and are
+    /// refused).
+    #[error(
+        "the input schema of `{id}` is not a valid JSON Schema ({message}); calls to it are refused"
+    )]
+    BadSchema { id: String, message: String },
+
     /// A request is malformed or exceeds a limit (too many batch queries, a query too long).
     #[error("{0}")]
     InvalidRequest(String),
@@ -115,6 +126,8 @@ impl Error {
             Error::UnknownTool { .. } => "unknown-tool",
             Error::AmbiguousTool { .. } => "ambiguous-tool",
             Error::UnavailableTool { .. } => "unavailable-tool",
+            Error::InvalidArguments { .. } => "invalid-arguments",
+            Error::BadSchema { .. } => "bad-schema",
             Error::InvalidRequest(_) => "invalid-request",
             Error::Usage(_) => "usage",
             Error::Index(_) => "index",
@@ -127,7 +140,9 @@ impl Error {
         match self {
             Error::UnknownTool { .. }
             | Error::AmbiguousTool { .. }
-            | Error::UnavailableTool { .. } => 1,
+            | Error::UnavailableTool { .. }
+            | Error::InvalidArguments { .. }
+            | Error::BadSchema { .. } => 1,
             Error::BadCatalog { .. }
             | Error::BadConfig { .. }
             | Error::BadDataset { .. }

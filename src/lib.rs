@@ -11,12 +11,15 @@
 
 pub mod catalog;
 pub mod config;
+pub mod dispatch;
 pub mod error;
 pub mod eval;
+pub mod executors;
 pub mod policy;
 pub mod report;
 pub mod search;
 pub mod synth;
+pub mod telemetry;
 
 pub use catalog::{Catalog, CompactDescriptor, ToolDescriptor};
 pub use config::Config;

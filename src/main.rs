@@ -5,11 +5,15 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use toolsearch::catalog::BatchQuery;
 use toolsearch::config::Mode;
+use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
+use toolsearch::policy::approval::CliApprover;
+use toolsearch::telemetry::{self, SessionLog};
 use toolsearch::{Catalog, Config, Error, report};
 
 #[derive(Parser)]
@@ -28,6 +32,12 @@ struct Cli {
     /// The surface given to the model; overrides tools.toolSearch.
     #[arg(long, value_enum)]
     mode: Option<CliMode>,
+    /// Where session logs go (default: $XDG_DATA_HOME/toolsearch or ~/.local/share/toolsearch).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Session key: events append to sessions/KEY.jsonl (default: a new session per run).
+    #[arg(long, value_name = "KEY")]
+    session: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,6 +70,19 @@ enum Command {
     /// One tool with its full input and output schemas, by id or exact unique name.
     Describe {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool through the full dispatch path and print the result envelope.
+    Call {
+        /// Tool id or exact unique name.
+        id: String,
+        /// Arguments as JSON, or `-` to read them from stdin (default `{}`).
+        args: Option<String>,
+        /// Approve calls to tools matching this pattern (repeatable); others needing
+        /// approval are asked on the terminal, or denied when stdin is not one.
+        #[arg(long, value_name = "PATTERN")]
+        approve: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -97,10 +120,11 @@ fn main() -> ExitCode {
         Command::Catalog { json }
         | Command::Search { json, .. }
         | Command::Describe { json, .. }
+        | Command::Call { json, .. }
         | Command::Eval { json, .. } => *json,
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             if json {
                 print_json(&serde_json::json!({
@@ -140,11 +164,19 @@ struct Globals {
     config: Option<PathBuf>,
     catalogs: Vec<PathBuf>,
     mode: Option<CliMode>,
+    state_dir: Option<PathBuf>,
+    session: Option<String>,
+}
+
+/// What a catalog command works with.
+struct Loaded {
+    dispatcher: Dispatcher,
+    mode: Mode,
 }
 
 impl Globals {
-    /// Loads the config and builds the catalog; returns the effective mode too.
-    fn load(&self) -> Result<(Catalog, Mode), Error> {
+    /// Loads the config, builds the catalog and opens the session (its log).
+    fn load(&self, approve: &[String]) -> Result<Loaded, Error> {
         let config = Config::load(self.config.as_deref())?;
         let mode = match self.mode {
             Some(CliMode::Code) => Mode::Code,
@@ -153,23 +185,44 @@ impl Globals {
             Some(CliMode::Direct) => Mode::Direct,
             None => config.tools.tool_search.mode,
         };
-        Ok((Catalog::load(&config, &self.catalogs)?, mode))
+        let catalog = Arc::new(Catalog::load(&config, &self.catalogs)?);
+        let state_dir = self
+            .state_dir
+            .clone()
+            .unwrap_or_else(telemetry::default_state_dir);
+        let session = self
+            .session
+            .clone()
+            .unwrap_or_else(telemetry::new_session_id);
+        let log = Arc::new(SessionLog::open(&state_dir, &session)?);
+        let approver = Arc::new(CliApprover::new(approve, catalog.toolsets())?);
+        let dispatcher = DispatcherBuilder::new(catalog)
+            .config(&config)?
+            .approver(approver)
+            .session_log(log)
+            .build();
+        Ok(Loaded { dispatcher, mode })
     }
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
+fn run(cli: Cli) -> Result<ExitCode, Error> {
     let globals = Globals {
         config: cli.config,
         catalogs: cli.catalogs,
         mode: cli.mode,
+        state_dir: cli.state_dir,
+        session: cli.session,
     };
     match cli.command {
         Command::Catalog { json } => {
-            let (catalog, mode) = globals.load()?;
+            let Loaded {
+                dispatcher, mode, ..
+            } = globals.load(&[])?;
+            let catalog = dispatcher.catalog();
             if json {
-                print_json(&CatalogJson::of(&catalog, mode));
+                print_json(&CatalogJson::of(catalog, mode));
             } else {
-                print_text(&report::catalog(&catalog, mode));
+                print_text(&report::catalog(catalog, mode));
             }
         }
         Command::Search {
@@ -177,9 +230,9 @@ fn run(cli: Cli) -> Result<(), Error> {
             limit,
             json,
         } => {
-            let (catalog, _) = globals.load()?;
+            let dispatcher = globals.load(&[])?.dispatcher;
             if let [query] = queries.as_slice() {
-                let hits = catalog.search(query, limit)?;
+                let hits = dispatcher.search(query, limit)?;
                 if json {
                     print_json(&hits);
                 } else {
@@ -190,7 +243,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     .into_iter()
                     .map(|query| BatchQuery { query, limit })
                     .collect();
-                let result = catalog.search_batch(&batch)?;
+                let result = dispatcher.search_batch(&batch)?;
                 if json {
                     print_json(&result);
                 } else {
@@ -199,12 +252,34 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
         }
         Command::Describe { id, json } => {
-            let (catalog, _) = globals.load()?;
-            let d = catalog.describe(&id)?;
+            let d = globals.load(&[])?.dispatcher.describe(&id)?;
             if json {
                 print_json(&d);
             } else {
                 print_text(&report::describe(&d));
+            }
+        }
+        Command::Call {
+            id,
+            args,
+            approve,
+            json,
+        } => {
+            let args = read_args(args.as_deref())?;
+            let loaded = globals.load(&approve)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let envelope =
+                runtime.block_on(loaded.dispatcher.call(CallRequest::new(id, args, "cli")))?;
+            if json {
+                print_json(&envelope);
+            } else {
+                print_text(&report::envelope(&envelope));
+            }
+            if envelope.result.is_error {
+                return Ok(ExitCode::from(1));
             }
         }
         Command::Eval {
@@ -214,7 +289,26 @@ fn run(cli: Cli) -> Result<(), Error> {
             json,
         } => eval(&catalog, &queries, &k, json)?,
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `call`'s arguments: JSON text, `-` for stdin, or `{}` when absent.
+fn read_args(arg: Option<&str>) -> Result<serde_json::Value, Error> {
+    let text = match arg {
+        None => return Ok(serde_json::json!({})),
+        Some("-") => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|e| Error::Usage(format!("cannot read the arguments from stdin: {e}")))?;
+            s
+        }
+        Some(text) => text.to_string(),
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        Error::Usage(format!(
+            "ARGS_JSON is not valid JSON ({e}); pass an object such as '{{\"title\": \"x\"}}'"
+        ))
+    })
 }
 
 /// `eval` needs no config or agent catalog: it indexes the data set alone.

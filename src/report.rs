@@ -156,3 +156,14 @@ pub fn eval(name: &str, r: &Report) -> String {
 fn one_line(text: &str, max: usize) -> String {
     crate::catalog::compact::cut(text, max)
 }
+
+pub fn envelope(e: &crate::dispatch::Envelope) -> String {
+    let mut out = String::new();
+    let status = if e.result.is_error { "error" } else { "ok" };
+    let _ = writeln!(out, "{} ({status}, {})", e.tool.id, e.call_id);
+    let _ = writeln!(out, "{}", e.result.text());
+    if !e.result.details.is_null() && e.result.details != serde_json::json!({}) {
+        let _ = writeln!(out, "details: {}", e.result.details);
+    }
+    out
+}

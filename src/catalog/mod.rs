@@ -30,6 +30,7 @@ pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
 
 use crate::config::{Config, ToolSearchSettings};
 use crate::error::{Error, Result};
+use crate::policy::Toolsets;
 use crate::search::{IndexDoc, SearchIndex};
 
 /// Batch search bounds (SPEC section 6).
@@ -138,6 +139,7 @@ pub struct Catalog {
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
+    toolsets: Toolsets,
 }
 
 /// Counts by source, for `catalog` and telemetry.
@@ -187,6 +189,7 @@ impl Catalog {
             by_id,
             by_name,
             settings: facts.config.tools.tool_search.clone(),
+            toolsets: plan.toolsets,
         })
     }
 
@@ -213,6 +216,11 @@ impl Catalog {
                 env: &Facts::process_env,
             },
         )
+    }
+
+    /// The toolsets tool patterns expand (plugin and server names, `[toolsets]`).
+    pub fn toolsets(&self) -> &Toolsets {
+        &self.toolsets
     }
 
     pub fn settings(&self) -> &ToolSearchSettings {

@@ -66,6 +66,8 @@ pub struct Plan {
     pub notices: Vec<Notice>,
     /// Tools removed by the policy or by `tools.active` (a count only).
     pub filtered: usize,
+    /// The toolsets the patterns of this plan expanded (for approvals and `--approve`).
+    pub toolsets: Toolsets,
 }
 
 /// The facts availability signals are checked against.
@@ -174,6 +176,7 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
         hidden,
         notices,
         filtered,
+        toolsets,
     })
 }
 

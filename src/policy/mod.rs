@@ -9,6 +9,8 @@
 //!
 //! This module decides; it never runs tools and never reads the index.
 
+pub mod approval;
+pub mod hooks;
 pub mod pattern;
 
 use crate::catalog::ToolDescriptor;

@@ -1,0 +1,98 @@
+//! Dispatch overhead: resolve + validate + (no hooks) + fixture executor + envelope, and the
+//! same with one command hook (one process spawn per call). `cargo bench --bench dispatch`
+//! prints a markdown table.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use toolsearch::Catalog;
+use toolsearch::catalog::Facts;
+use toolsearch::config::Config;
+use toolsearch::dispatch::{CallRequest, DispatcherBuilder};
+use toolsearch::telemetry::SessionLog;
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let state =
+        std::env::temp_dir().join(format!("toolsearch-dispatch-bench-{}", std::process::id()));
+    println!("| path | calls | p50 (µs) | p95 (µs) |");
+    println!("|---|---:|---:|---:|");
+    let hook_config = Config::from_toml_str(
+        "[[hooks.before_tool_call]]\ncommand = [\"/bin/true\"]\n",
+        "bench.toml".as_ref(),
+    )
+    .expect("config");
+    for (label, config, log, n) in [
+        (
+            "fixture, no hooks, no session log",
+            Config::default(),
+            false,
+            20_000,
+        ),
+        (
+            "fixture, no hooks, session log",
+            Config::default(),
+            true,
+            20_000,
+        ),
+        (
+            "fixture, one command hook (/bin/true)",
+            hook_config,
+            true,
+            300,
+        ),
+    ] {
+        let catalog = Arc::new(
+            Catalog::build(
+                toolsearch::catalog::embedded::demo_descriptors().expect("demo"),
+                &Facts {
+                    config: &config,
+                    env: &|_| None,
+                },
+            )
+            .expect("catalog"),
+        );
+        let mut builder = DispatcherBuilder::new(catalog)
+            .config(&config)
+            .expect("config");
+        if log {
+            builder =
+                builder.session_log(Arc::new(SessionLog::open(&state, "bench").expect("log")));
+        }
+        let d = builder.build();
+        let args = json!({"title": "Crash on start", "labels": ["bug"]});
+        let mut lat = Vec::with_capacity(n);
+        runtime.block_on(async {
+            for i in 0..(n + n / 10) {
+                let started = Instant::now();
+                let e = d
+                    .call(CallRequest::new(
+                        "openclaw:github:create_issue",
+                        args.clone(),
+                        "bench",
+                    ))
+                    .await
+                    .expect("call");
+                std::hint::black_box(e);
+                if i >= n / 10 {
+                    lat.push(started.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        });
+        println!(
+            "| {label} | {n} | {:.1} | {:.1} |",
+            percentile(&mut lat, 0.5),
+            percentile(&mut lat, 0.95)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -1,0 +1,547 @@
+//! One call path for every caller: the `tool_search_code` bridge, `tool_call`, a
+//! directory-mode exact-name call, direct mode and the CLI all come through
+//! [`Dispatcher::call`] (and search and describe through [`Dispatcher::search`] and
+//! [`Dispatcher::describe`]), so no rule exists twice.
+//!
+//! A call, in order:
+//! 1. **resolve** an id or exact unique name in the (policy-filtered) catalog: unknown,
+//!    ambiguous and unavailable tools are typed errors;
+//! 2. **validate** the arguments against the input schema (jsonschema), every failure with
+//!    its JSON pointer;
+//! 3. **approve**, when an approval rule names the tool; a deny or a timeout blocks;
+//! 4. **before hooks**, one session's hooks one at a time: pass, replace the arguments
+//!    (validated again) or block; a failing hook blocks;
+//! 5. **execute** with the executor of the tool's kind, with a cancellation token and a
+//!    progress channel to the session log;
+//! 6. **after hooks**: rewrite the content, mark an error, ask to stop after the batch;
+//! 7. **envelope** bounded in size, counters and a `call` event in the session log.
+//!
+//! A blocked call returns an envelope that says it was blocked and why; its executor never
+//! runs.
+
+pub mod envelope;
+mod validate;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{BatchQuery, BatchResult, Catalog, CompactDescriptor, Description, Entry};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::executors::{ExecCall, Executors, Progress, ToolOutput};
+use crate::policy::approval::{ApprovalDecision, ApprovalRequest, Approvals, Approver, DenyAll};
+use crate::policy::hooks::{AfterToolCall, BeforeDecision, BeforeToolCall, CommandHook, HookEvent};
+use crate::telemetry::{CounterSnapshot, Counters, SessionLog};
+pub use envelope::{ContentBlock, Envelope, ToolResult};
+use validate::Validators;
+
+/// One call to make.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// An id, or an exact unique name.
+    pub tool: String,
+    pub args: Value,
+    /// The `tool_search_code` run this call came from; `None` for a direct call.
+    pub parent: Option<String>,
+    /// Who is calling, for the session log: `code`, `tool_call`, `directory`, `direct`, `cli`.
+    pub caller: &'static str,
+    pub cancel: CancellationToken,
+}
+
+impl CallRequest {
+    pub fn new(tool: impl Into<String>, args: Value, caller: &'static str) -> Self {
+        CallRequest {
+            tool: tool.into(),
+            args,
+            parent: None,
+            caller,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// The dispatch path of one session.
+pub struct Dispatcher {
+    catalog: Arc<Catalog>,
+    approvals: Approvals,
+    approver: Arc<dyn Approver>,
+    before: Vec<Arc<dyn BeforeToolCall>>,
+    after: Vec<Arc<dyn AfterToolCall>>,
+    executors: Executors,
+    log: Arc<SessionLog>,
+    counters: Arc<Counters>,
+    /// Hooks of one session run one at a time.
+    hook_lock: tokio::sync::Mutex<()>,
+    validators: Validators,
+    /// Sub-call numbers per parent, for stable call ids.
+    sequence: Mutex<HashMap<String, u64>>,
+}
+
+/// Builds a [`Dispatcher`]; everything but the catalog has a default (no approvals, deny
+/// any approval asked, no hooks, no MCP or client executor, no session log).
+pub struct DispatcherBuilder {
+    catalog: Arc<Catalog>,
+    approvals: Approvals,
+    approver: Arc<dyn Approver>,
+    before: Vec<Arc<dyn BeforeToolCall>>,
+    after: Vec<Arc<dyn AfterToolCall>>,
+    executors: Executors,
+    log: Arc<SessionLog>,
+}
+
+impl DispatcherBuilder {
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        DispatcherBuilder {
+            catalog,
+            approvals: Approvals::default(),
+            approver: Arc::new(DenyAll),
+            before: Vec::new(),
+            after: Vec::new(),
+            executors: Executors::default(),
+            log: Arc::new(SessionLog::disabled("none")),
+        }
+    }
+
+    /// The config's approval rules and command hooks.
+    pub fn config(mut self, config: &Config) -> Result<Self> {
+        self.approvals = Approvals::compile(&config.approvals, self.catalog.toolsets())?;
+        for (i, h) in config.hooks.before_tool_call.iter().enumerate() {
+            self.before
+                .push(Arc::new(CommandHook::new("before_tool_call", i, h)));
+        }
+        for (i, h) in config.hooks.after_tool_call.iter().enumerate() {
+            self.after
+                .push(Arc::new(CommandHook::new("after_tool_call", i, h)));
+        }
+        Ok(self)
+    }
+
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    pub fn before_hook(mut self, hook: Arc<dyn BeforeToolCall>) -> Self {
+        self.before.push(hook);
+        self
+    }
+
+    pub fn after_hook(mut self, hook: Arc<dyn AfterToolCall>) -> Self {
+        self.after.push(hook);
+        self
+    }
+
+    pub fn executors(mut self, executors: Executors) -> Self {
+        self.executors = executors;
+        self
+    }
+
+    pub fn session_log(mut self, log: Arc<SessionLog>) -> Self {
+        self.log = log;
+        self
+    }
+
+    pub fn build(self) -> Dispatcher {
+        let catalog = self.catalog;
+        let counts = catalog.counts();
+        self.log.event(
+            "catalog",
+            json!({
+                "cataloged": counts.cataloged,
+                "direct_only": counts.direct_only,
+                "hidden": counts.hidden,
+                "by_source": counts.by_source,
+            }),
+        );
+        Dispatcher {
+            catalog,
+            approvals: self.approvals,
+            approver: self.approver,
+            before: self.before,
+            after: self.after,
+            executors: self.executors,
+            log: self.log,
+            counters: Arc::new(Counters::default()),
+            hook_lock: tokio::sync::Mutex::new(()),
+            validators: Validators::default(),
+            sequence: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// How a call ended, for the log.
+enum Outcome {
+    Ok,
+    ToolError,
+    Blocked,
+}
+
+impl Dispatcher {
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn log(&self) -> &SessionLog {
+        &self.log
+    }
+
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+
+    /// One search, counted and logged.
+    pub fn search(&self, query: &str, limit: Option<usize>) -> Result<Vec<CompactDescriptor>> {
+        let hits = self.catalog.search(query, limit)?;
+        self.counters.searched(1);
+        self.log.event(
+            "search",
+            json!({"query": query, "limit": limit, "ids": hits.iter().map(|h| &h.id).collect::<Vec<_>>()}),
+        );
+        Ok(hits)
+    }
+
+    /// A batch search, counted (one per query) and logged.
+    pub fn search_batch(&self, queries: &[BatchQuery]) -> Result<BatchResult> {
+        let result = self.catalog.search_batch(queries)?;
+        self.counters.searched(queries.len() as u64);
+        self.log.event(
+            "search",
+            json!({
+                "queries": result.results.iter().map(|g| json!({
+                    "query": g.query,
+                    "ids": g.candidates.iter().map(|c| &c.id).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "truncated": result.truncated,
+            }),
+        );
+        Ok(result)
+    }
+
+    /// One describe, counted and logged.
+    pub fn describe(&self, tool: &str) -> Result<Description> {
+        self.counters.described();
+        let d = self.catalog.describe(tool);
+        self.log.event(
+            "describe",
+            json!({"requested": tool, "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)}),
+        );
+        d
+    }
+
+    /// The input of a structured `tool_call`, `{id, args?}`, as (tool, args). Arguments
+    /// sent flattened beside the id (`{"id": "x", "title": "..."}`) are moved into `args`
+    /// only when unambiguous: no `args` given, and every other key a property of the tool's
+    /// input schema.
+    pub fn tool_call_input(&self, input: &Value) -> Result<(String, Value)> {
+        let Some(obj) = input.as_object() else {
+            return Err(Error::InvalidRequest(
+                "tool_call takes an object: {\"id\": \"...\", \"args\": {...}}".into(),
+            ));
+        };
+        let Some(id) = obj.get("id").and_then(Value::as_str) else {
+            return Err(Error::InvalidRequest(
+                "tool_call needs `id`: a tool id or exact unique name".into(),
+            ));
+        };
+        let rest: Map<String, Value> = obj
+            .iter()
+            .filter(|(k, _)| k.as_str() != "id" && k.as_str() != "args")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        match (obj.get("args"), rest.is_empty()) {
+            (Some(args), true) => Ok((id.to_string(), args.clone())),
+            (None, true) => Ok((id.to_string(), json!({}))),
+            (Some(_), false) => Err(Error::InvalidRequest(format!(
+                "tool_call got `args` and also {}; put every argument inside `args`",
+                keys(&rest)
+            ))),
+            (None, false) => {
+                let entry = self.catalog.resolve(id)?;
+                let schema = entry.descriptor.input_schema.value();
+                let props = schema.get("properties").and_then(Value::as_object);
+                let unknown: Vec<&String> = rest
+                    .keys()
+                    .filter(|k| !props.is_some_and(|p| p.contains_key(*k)))
+                    .collect();
+                if unknown.is_empty() {
+                    Ok((id.to_string(), Value::Object(rest)))
+                } else {
+                    Err(Error::InvalidRequest(format!(
+                        "tool_call got {} beside `id`, which `{}` does not take; put the arguments inside `args`",
+                        unknown
+                            .iter()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        entry.id
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Runs one call through the whole path (see the module doc).
+    pub async fn call(&self, mut request: CallRequest) -> Result<Envelope> {
+        let started = Instant::now();
+        self.counters.called();
+        let entry = match self.catalog.resolve(&request.tool) {
+            Ok(e) => e,
+            Err(e) => {
+                self.log.event(
+                    "call",
+                    json!({"requested": request.tool, "caller": request.caller, "outcome": e.code(), "message": e.to_string()}),
+                );
+                return Err(e);
+            }
+        };
+        let call_id = self.next_call_id(request.parent.as_deref(), &entry.descriptor.name);
+        let mut args = std::mem::take(&mut request.args);
+        if let Err(e) = self.validators.check(entry, &args) {
+            self.log_call(entry, &call_id, &request, e.code(), started, None);
+            return Err(e);
+        }
+
+        if let Some((rule, timeout)) = self.approvals.required(entry) {
+            let ask = ApprovalRequest {
+                id: entry.id.clone(),
+                name: entry.descriptor.name.clone(),
+                args: args.clone(),
+                rule: rule.to_string(),
+            };
+            let decision = match tokio::time::timeout(timeout, self.approver.decide(&ask)).await {
+                Ok(d) => d,
+                Err(_) => {
+                    ApprovalDecision::Deny(format!("no approval within {} ms", timeout.as_millis()))
+                }
+            };
+            self.log.event(
+                "approval",
+                json!({"call_id": call_id, "id": entry.id, "decision": match &decision { ApprovalDecision::Allow => "allow", ApprovalDecision::Deny(_) => "deny" }}),
+            );
+            if let ApprovalDecision::Deny(reason) = decision {
+                return Ok(self.blocked(entry, call_id, &request, "approval", reason, started));
+            }
+        }
+
+        let mut event = self.hook_event(entry, &call_id, &args);
+        if !self.before.is_empty() {
+            let _serial = self.hook_lock.lock().await;
+            for hook in &self.before {
+                let decision = hook
+                    .before(&event)
+                    .await
+                    .unwrap_or_else(BeforeDecision::Block);
+                self.log.event(
+                    "hook",
+                    json!({"call_id": call_id, "phase": "before_tool_call", "hook": hook.name(), "decision": match &decision {
+                        BeforeDecision::Pass => "pass", BeforeDecision::Replace(_) => "replace", BeforeDecision::Block(_) => "block"}}),
+                );
+                match decision {
+                    BeforeDecision::Pass => {}
+                    BeforeDecision::Replace(new_args) => {
+                        if let Err(e) = self.validators.check(entry, &new_args) {
+                            let reason = format!(
+                                "hook {} replaced the arguments with invalid ones: {e}",
+                                hook.name()
+                            );
+                            return Ok(self.blocked(
+                                entry,
+                                call_id,
+                                &request,
+                                hook.name(),
+                                reason,
+                                started,
+                            ));
+                        }
+                        args = new_args;
+                        event.args = args.clone();
+                    }
+                    BeforeDecision::Block(reason) => {
+                        let by = hook.name().to_string();
+                        return Ok(self.blocked(entry, call_id, &request, &by, reason, started));
+                    }
+                }
+            }
+        }
+
+        let log = Arc::clone(&self.log);
+        let progress_id = call_id.clone();
+        let progress: Progress = Arc::new(move |message: &str| {
+            log.event(
+                "progress",
+                json!({"call_id": progress_id, "message": message}),
+            );
+        });
+        let output = self
+            .executors
+            .run(ExecCall {
+                entry,
+                args: &args,
+                cancel: request.cancel.clone(),
+                progress,
+            })
+            .await;
+        self.counters.executed(&entry.id, entry.descriptor.source);
+        let mut result = ToolResult::new(output.text, output.details, output.is_error);
+        let mut stop_after_batch = false;
+
+        if !self.after.is_empty() {
+            let _serial = self.hook_lock.lock().await;
+            for hook in &self.after {
+                event.result = Some(serde_json::to_value(&result).unwrap_or(Value::Null));
+                match hook.after(&event).await {
+                    Ok(change) => {
+                        self.log.event(
+                            "hook",
+                            json!({"call_id": call_id, "phase": "after_tool_call", "hook": hook.name(), "decision": if change == Default::default() { "keep" } else { "change" }}),
+                        );
+                        let text = change.content.unwrap_or_else(|| result.text());
+                        let details = change.details.unwrap_or(result.details.clone());
+                        let is_error = change.is_error.unwrap_or(result.is_error);
+                        result = ToolResult::new(text, details, is_error);
+                        stop_after_batch |= change.stop_after_batch;
+                    }
+                    Err(reason) => {
+                        self.log.event(
+                            "hook",
+                            json!({"call_id": call_id, "phase": "after_tool_call", "hook": hook.name(), "decision": "error", "reason": reason}),
+                        );
+                        let ToolOutput { text, details, .. } = ToolOutput::error(
+                            reason,
+                            json!({"status": "hook-failed", "hook": hook.name()}),
+                        );
+                        result = ToolResult::new(text, details, true);
+                    }
+                }
+            }
+        }
+
+        let outcome = if result.is_error {
+            Outcome::ToolError
+        } else {
+            Outcome::Ok
+        };
+        self.log_call(
+            entry,
+            &call_id,
+            &request,
+            outcome_str(&outcome),
+            started,
+            Some(&result),
+        );
+        Ok(Envelope {
+            tool: entry.compact.clone(),
+            call_id,
+            result,
+            stop_after_batch,
+        })
+    }
+
+    fn blocked(
+        &self,
+        entry: &Entry,
+        call_id: String,
+        request: &CallRequest,
+        by: &str,
+        reason: String,
+        started: Instant,
+    ) -> Envelope {
+        self.log.event(
+            "blocked",
+            json!({"call_id": call_id, "id": entry.id, "by": by, "reason": reason}),
+        );
+        let result = ToolResult::new(
+            format!("blocked: {reason}"),
+            json!({"status": "blocked", "by": by, "reason": reason}),
+            true,
+        );
+        self.log_call(
+            entry,
+            &call_id,
+            request,
+            outcome_str(&Outcome::Blocked),
+            started,
+            Some(&result),
+        );
+        Envelope {
+            tool: entry.compact.clone(),
+            call_id,
+            result,
+            stop_after_batch: false,
+        }
+    }
+
+    fn log_call(
+        &self,
+        entry: &Entry,
+        call_id: &str,
+        request: &CallRequest,
+        outcome: &str,
+        started: Instant,
+        result: Option<&ToolResult>,
+    ) {
+        self.log.event(
+            "call",
+            json!({
+                "call_id": call_id,
+                "id": entry.id,
+                "source": entry.descriptor.source,
+                "source_name": entry.descriptor.source_name,
+                "caller": request.caller,
+                "parent": request.parent,
+                "outcome": outcome,
+                "is_error": result.map(|r| r.is_error),
+                "duration_ms": started.elapsed().as_secs_f64() * 1e3,
+            }),
+        );
+    }
+
+    fn hook_event(&self, entry: &Entry, call_id: &str, args: &Value) -> HookEvent {
+        HookEvent {
+            session: self.log.session().to_string(),
+            call_id: call_id.to_string(),
+            id: entry.id.clone(),
+            name: entry.descriptor.name.clone(),
+            source: entry.descriptor.source.as_str().to_string(),
+            source_name: entry.descriptor.source_name.clone(),
+            args: args.clone(),
+            result: None,
+        }
+    }
+
+    /// `tool_search_code:{parent or "direct"}:{name}:{n}`, n counting from 1 per parent.
+    fn next_call_id(&self, parent: Option<&str>, name: &str) -> String {
+        let parent = parent.unwrap_or("direct");
+        let n = match self.sequence.lock() {
+            Ok(mut seq) => {
+                let n = seq.entry(parent.to_string()).or_insert(0);
+                *n += 1;
+                *n
+            }
+            Err(_) => 0,
+        };
+        format!("tool_search_code:{parent}:{name}:{n}")
+    }
+}
+
+fn outcome_str(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok",
+        Outcome::ToolError => "tool-error",
+        Outcome::Blocked => "blocked",
+    }
+}
+
+fn keys(map: &Map<String, Value>) -> String {
+    map.keys()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests;

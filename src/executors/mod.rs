@@ -1,0 +1,265 @@
+//! What actually runs a tool, behind one trait.
+//!
+//! - `fixture`: a templated answer (`FAKE_PLUGIN_OK {name} {input}`), for the demo catalog
+//!   and QA;
+//! - `command`: a program run without a shell, the arguments as JSON on stdin, the result
+//!   on stdout ([`process`]);
+//! - `mcp` and `client`: seams. The host plugs in an [`Executor`] for each (an MCP client, a
+//!   relay to the client that declared the tool); without one, a call says the source is
+//!   not connected, by name, so a model stops retrying.
+//!
+//! Executors only run tools. Resolution, policy, validation, approval and hooks happened
+//! before, in `dispatch`, and none of it is repeated here.
+
+pub mod process;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Entry, ExecutorSpec};
+use process::{Program, ProgramFailure};
+
+/// Defaults for `command` executors.
+pub mod limits {
+    pub const COMMAND_TIMEOUT_MS: u64 = 10_000;
+    /// Bound on a command's stdout, and so on the result text it can give.
+    pub const COMMAND_MAX_STDOUT: usize = 1024 * 1024;
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub details: Value,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn error(text: impl Into<String>, details: Value) -> Self {
+        ToolOutput {
+            text: text.into(),
+            details,
+            is_error: true,
+        }
+    }
+}
+
+/// Progress reports from a running tool; they reach the session log.
+pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// One call, as an executor sees it.
+pub struct ExecCall<'a> {
+    pub entry: &'a Entry,
+    pub args: &'a Value,
+    pub cancel: CancellationToken,
+    pub progress: Progress,
+}
+
+pub type ExecFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+
+/// Runs tools of one executor kind. Failures are error outputs, not panics or `Err`: a
+/// failed tool is a result the model reads.
+pub trait Executor: Send + Sync {
+    fn run<'a>(&'a self, call: ExecCall<'a>) -> ExecFuture<'a>;
+}
+
+/// The executors a dispatcher uses, by kind.
+#[derive(Clone, Default)]
+pub struct Executors {
+    pub mcp: Option<Arc<dyn Executor>>,
+    pub client: Option<Arc<dyn Executor>>,
+}
+
+impl Executors {
+    /// Runs `call` with the executor its descriptor names.
+    pub async fn run(&self, call: ExecCall<'_>) -> ToolOutput {
+        match &call.entry.descriptor.executor {
+            Some(ExecutorSpec::Fixture { text, details }) => {
+                fixture(call.entry, call.args, text, details)
+            }
+            Some(ExecutorSpec::Command {
+                command,
+                timeout_ms,
+                env,
+            }) => command_tool(&call, command, *timeout_ms, env).await,
+            Some(ExecutorSpec::Mcp { server, .. }) => match &self.mcp {
+                Some(e) => e.run(call).await,
+                None => ToolOutput::error(
+                    format!("MCP server `{server}` is not connected; its tools cannot run now"),
+                    json!({"status": "unavailable", "server": server}),
+                ),
+            },
+            Some(ExecutorSpec::Client) => match &self.client {
+                Some(e) => e.run(call).await,
+                None => ToolOutput::error(
+                    format!(
+                        "`{}` is a client tool and no client is connected to run it",
+                        call.entry.descriptor.name
+                    ),
+                    json!({"status": "unavailable", "source": "client"}),
+                ),
+            },
+            // The planner refuses visible tools without executors; this is for embedders
+            // that build entries by hand.
+            None => ToolOutput::error(
+                format!("tool `{}` has no executor", call.entry.id),
+                json!({"status": "missing-executor"}),
+            ),
+        }
+    }
+}
+
+/// Fills a fixture template. Details default to `{status: "ok", tool, input}`.
+fn fixture(entry: &Entry, args: &Value, text: &str, details: &Option<Value>) -> ToolOutput {
+    let input = args.to_string();
+    let mut out = String::with_capacity(text.len() + input.len());
+    let mut rest = text;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            rest = "";
+            break;
+        };
+        let key = &after[..end];
+        match key {
+            "name" => out.push_str(&entry.descriptor.name),
+            "input" => out.push_str(&input),
+            _ => match key.strip_prefix("args.") {
+                Some(k) => match args.get(k) {
+                    Some(Value::String(s)) => out.push_str(s),
+                    Some(v) => out.push_str(&v.to_string()),
+                    None => {}
+                },
+                None => {
+                    out.push('{');
+                    out.push_str(key);
+                    out.push('}');
+                }
+            },
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    let details = details
+        .clone()
+        .unwrap_or_else(|| json!({"status": "ok", "tool": entry.descriptor.name, "input": args}));
+    ToolOutput {
+        text: out,
+        details,
+        is_error: false,
+    }
+}
+
+async fn command_tool(
+    call: &ExecCall<'_>,
+    argv: &[String],
+    timeout_ms: Option<u64>,
+    env: &[String],
+) -> ToolOutput {
+    let stdin = call.args.to_string().into_bytes();
+    let timeout = Duration::from_millis(timeout_ms.unwrap_or(limits::COMMAND_TIMEOUT_MS));
+    let program = Program {
+        argv,
+        env,
+        stdin: &stdin,
+        timeout,
+        max_stdout: limits::COMMAND_MAX_STDOUT,
+    };
+    let name = &call.entry.descriptor.name;
+    match process::run(&program, &call.cancel).await {
+        Err(failure) => {
+            let status = match failure {
+                ProgramFailure::Timeout(_) => "timeout",
+                ProgramFailure::Cancelled => "cancelled",
+                ProgramFailure::OutputTooLarge(_) => "output-too-large",
+                ProgramFailure::Spawn(_) => "spawn-failed",
+            };
+            ToolOutput::error(
+                format!("tool `{name}`: the command {failure}"),
+                json!({"status": status}),
+            )
+        }
+        Ok(out) => {
+            for line in out.stderr_tail.lines() {
+                if let Some(p) = line.strip_prefix("progress: ") {
+                    (call.progress)(p);
+                }
+            }
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut result = parse_command_stdout(&text);
+            if out.code != Some(0) {
+                result.is_error = true;
+                let code = out
+                    .code
+                    .map(|c| format!("exit code {c}"))
+                    .unwrap_or_else(|| "a signal".into());
+                if result.text.trim().is_empty() {
+                    result.text = format!(
+                        "tool `{name}` failed with {code}: {}",
+                        out.stderr_tail.trim()
+                    );
+                }
+                if let Value::Object(d) = &mut result.details {
+                    d.entry("status").or_insert(json!("failed"));
+                    d.insert("exit_code".into(), json!(out.code));
+                }
+            }
+            result
+        }
+    }
+}
+
+/// A command's stdout: a JSON object `{"text"?, "details"?, "is_error"?}`, or plain text.
+fn parse_command_stdout(stdout: &str) -> ToolOutput {
+    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(stdout.trim())
+        && obj
+            .keys()
+            .all(|k| matches!(k.as_str(), "text" | "details" | "is_error"))
+    {
+        let text = match obj.get("text") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        return ToolOutput {
+            text,
+            details: obj
+                .get("details")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new())),
+            is_error: obj
+                .get("is_error")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        };
+    }
+    ToolOutput {
+        text: stdout.to_string(),
+        details: Value::Object(Map::new()),
+        is_error: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_stdout_is_json_or_text() {
+        let o = parse_command_stdout(r#"{"text": "hi", "details": {"n": 1}}"#);
+        assert_eq!((o.text.as_str(), o.details["n"].as_i64()), ("hi", Some(1)));
+        let o = parse_command_stdout("plain words\n");
+        assert_eq!(o.text, "plain words\n");
+        let o = parse_command_stdout(r#"{"other": 1}"#);
+        assert_eq!(o.text, r#"{"other": 1}"#);
+        let o = parse_command_stdout(r#"{"text": "bad", "is_error": true}"#);
+        assert!(o.is_error);
+    }
+}
