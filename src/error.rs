@@ -108,8 +108,9 @@ fn unknown_tool_message(requested: &str, suggestions: &[String], hint: &str) -> 
         message.push('?');
     }
     if !hint.is_empty() {
-        message.push_str(". ");
+        message.push_str(if suggestions.is_empty() { ". " } else { " " });
         message.push_str(hint);
+        message.push('.');
     }
     message
 }

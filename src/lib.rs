@@ -20,6 +20,7 @@ pub mod report;
 pub mod search;
 pub mod synth;
 pub mod telemetry;
+pub mod texts;
 
 pub use catalog::{Catalog, CompactDescriptor, ToolDescriptor};
 pub use config::Config;

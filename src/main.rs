@@ -252,7 +252,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Describe { id, json } => {
-            let d = globals.load(&[])?.dispatcher.describe(&id)?;
+            let d = globals.load(&[])?.dispatcher.describe(&id, "cli")?;
             if json {
                 print_json(&d);
             } else {

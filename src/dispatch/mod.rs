@@ -91,6 +91,7 @@ pub struct DispatcherBuilder {
     after: Vec<Arc<dyn AfterToolCall>>,
     executors: Executors,
     log: Arc<SessionLog>,
+    visible_schemas: Option<usize>,
 }
 
 impl DispatcherBuilder {
@@ -103,7 +104,15 @@ impl DispatcherBuilder {
             after: Vec::new(),
             executors: Executors::default(),
             log: Arc::new(SessionLog::disabled("none")),
+            visible_schemas: None,
         }
+    }
+
+    /// How many tool schemas the model sees at first (the surface's tools and the
+    /// direct-only ones), for the session log; default: the direct-only count.
+    pub fn visible_schemas(mut self, n: usize) -> Self {
+        self.visible_schemas = Some(n);
+        self
     }
 
     /// The config's approval rules and command hooks.
@@ -155,6 +164,7 @@ impl DispatcherBuilder {
                 "direct_only": counts.direct_only,
                 "hidden": counts.hidden,
                 "by_source": counts.by_source,
+                "visible_schemas": self.visible_schemas.unwrap_or(counts.direct_only),
             }),
         );
         Dispatcher {
@@ -222,9 +232,12 @@ impl Dispatcher {
     }
 
     /// One describe, counted and logged.
-    pub fn describe(&self, tool: &str) -> Result<Description> {
+    pub fn describe(&self, tool: &str, caller: &str) -> Result<Description> {
         self.counters.described();
-        let d = self.catalog.describe(tool);
+        let d = self
+            .catalog
+            .describe(tool)
+            .map_err(|e| with_recovery_hint(e, caller));
         self.log.event(
             "describe",
             json!({"requested": tool, "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)}),
@@ -291,6 +304,7 @@ impl Dispatcher {
         let entry = match self.catalog.resolve(&request.tool) {
             Ok(e) => e,
             Err(e) => {
+                let e = with_recovery_hint(e, request.caller);
                 self.log.event(
                     "call",
                     json!({"requested": request.tool, "caller": request.caller, "outcome": e.code(), "message": e.to_string()}),
@@ -525,6 +539,22 @@ impl Dispatcher {
             Err(_) => 0,
         };
         format!("tool_search_code:{parent}:{name}:{n}")
+    }
+}
+
+/// An unknown tool's error says how to find the right id from where the caller is.
+fn with_recovery_hint(e: Error, caller: &str) -> Error {
+    match e {
+        Error::UnknownTool {
+            requested,
+            suggestions,
+            ..
+        } => Error::UnknownTool {
+            requested,
+            suggestions,
+            hint: crate::texts::recovery_hint(caller).to_string(),
+        },
+        other => other,
     }
 }
 
