@@ -165,12 +165,19 @@ async fn command_tool(
 ) -> ToolOutput {
     let stdin = call.args.to_string().into_bytes();
     let timeout = Duration::from_millis(timeout_ms.unwrap_or(limits::COMMAND_TIMEOUT_MS));
+    let progress = Arc::clone(&call.progress);
+    let on_line = move |line: &str| {
+        if let Some(p) = line.strip_prefix("progress: ") {
+            progress(p);
+        }
+    };
     let program = Program {
         argv,
         env,
         stdin: &stdin,
         timeout,
         max_stdout: limits::COMMAND_MAX_STDOUT,
+        on_stderr_line: Some(&on_line),
     };
     let name = &call.entry.descriptor.name;
     match process::run(&program, &call.cancel).await {
@@ -187,11 +194,6 @@ async fn command_tool(
             )
         }
         Ok(out) => {
-            for line in out.stderr_tail.lines() {
-                if let Some(p) = line.strip_prefix("progress: ") {
-                    (call.progress)(p);
-                }
-            }
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             let mut result = parse_command_stdout(&text);
             if out.code != Some(0) {

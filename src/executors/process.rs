@@ -51,7 +51,7 @@ pub struct ProgramOutput {
 pub const STDERR_TAIL: usize = 2048;
 
 /// A program and how to run it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Program<'a> {
     pub argv: &'a [String],
     /// Names of variables passed from this process's environment; nothing else is.
@@ -59,6 +59,8 @@ pub struct Program<'a> {
     pub stdin: &'a [u8],
     pub timeout: Duration,
     pub max_stdout: usize,
+    /// Called with each line of stderr as it arrives (progress reports).
+    pub on_stderr_line: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
 /// Runs `program`; see the module doc.
@@ -101,7 +103,7 @@ pub async fn run(
             }
         };
         let out = read_bounded(stdout, max);
-        let err = read_tail(stderr);
+        let err = read_tail(stderr, program.on_stderr_line);
         let (_, out, err) = tokio::join!(feed, out, err);
         let status = child.wait().await;
         (out, err, status)
@@ -151,12 +153,20 @@ async fn read_bounded<R: AsyncRead + Unpin>(r: Option<R>, max: usize) -> Option<
     }
 }
 
-/// Reads all of `r`, keeping the last [`STDERR_TAIL`] bytes.
-async fn read_tail<R: AsyncRead + Unpin>(r: Option<R>) -> String {
+/// Longest stderr line handed to `on_line`; longer ones are cut.
+const MAX_LINE: usize = 4096;
+
+/// Reads all of `r`, keeping the last [`STDERR_TAIL`] bytes and handing each line to
+/// `on_line` as it arrives.
+async fn read_tail<R: AsyncRead + Unpin>(
+    r: Option<R>,
+    on_line: Option<&(dyn Fn(&str) + Send + Sync)>,
+) -> String {
     let Some(mut r) = r else {
         return String::new();
     };
     let mut tail: Vec<u8> = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
         match r.read(&mut buf).await {
@@ -166,8 +176,21 @@ async fn read_tail<R: AsyncRead + Unpin>(r: Option<R>) -> String {
                 if tail.len() > STDERR_TAIL {
                     tail.drain(..tail.len() - STDERR_TAIL);
                 }
+                if let Some(on_line) = on_line {
+                    for &b in &buf[..n] {
+                        if b == b'\n' {
+                            on_line(&String::from_utf8_lossy(&line));
+                            line.clear();
+                        } else if line.len() < MAX_LINE {
+                            line.push(b);
+                        }
+                    }
+                }
             }
         }
+    }
+    if let (Some(on_line), false) = (on_line, line.is_empty()) {
+        on_line(&String::from_utf8_lossy(&line));
     }
     String::from_utf8_lossy(&tail).into_owned()
 }
@@ -193,6 +216,7 @@ mod tests {
                 stdin: b"{\"a\":1}",
                 timeout: Duration::from_millis(timeout_ms),
                 max_stdout: max,
+                on_stderr_line: None,
             },
             &CancellationToken::new(),
         )

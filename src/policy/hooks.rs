@@ -127,6 +127,7 @@ impl CommandHook {
             stdin: &stdin,
             timeout: self.timeout,
             max_stdout: MAX_HOOK_OUTPUT,
+            on_stderr_line: None,
         };
         let out = process::run(&program, &CancellationToken::new())
             .await
@@ -142,12 +143,23 @@ impl CommandHook {
         if stdout.trim().is_empty() {
             return Ok(T::default());
         }
-        serde_json::from_str(stdout.trim()).map_err(|e| {
+        let not_a_decision = |why: String| {
             format!(
-                "hook {} answered something that is not a decision: {e}",
+                "hook {} answered something that is not a decision: {why}",
                 self.name
             )
-        })
+        };
+        // An object only: serde would also read a struct from a JSON array.
+        match serde_json::from_str::<Value>(stdout.trim()) {
+            Ok(v @ Value::Object(_)) => {
+                serde_json::from_value(v).map_err(|e| not_a_decision(e.to_string()))
+            }
+            Ok(other) => Err(not_a_decision(format!(
+                "expected a JSON object, got {}",
+                crate::catalog::load::json_type_name(&other)
+            ))),
+            Err(e) => Err(not_a_decision(e.to_string())),
+        }
     }
 }
 

@@ -1,0 +1,84 @@
+//! The sandbox policy file (`sandbox-policy/default.toml`, embedded): values and why.
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+const DEFAULT: &str = include_str!("../../sandbox-policy/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxPolicy {
+    pub strict: bool,
+    pub node: NodePolicy,
+    pub limits: Limits,
+    pub rlimits: Rlimits,
+    pub barriers: BarrierPolicy,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePolicy {
+    pub max_old_space_mib: u64,
+    pub extra_flags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_result_bytes: usize,
+    pub max_log_bytes: usize,
+    pub max_log_lines: usize,
+    pub max_bridge_calls: usize,
+    pub max_arg_bytes: usize,
+    pub max_frame_bytes: usize,
+    pub stderr_tail_chars: usize,
+    pub startup_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rlimits {
+    pub nofile: u64,
+    pub fsize: u64,
+    pub core: u64,
+    pub cpu_margin_s: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BarrierPolicy {
+    pub setsid: bool,
+    pub parent_death_signal: bool,
+    pub no_new_privs: bool,
+    pub network_namespace: bool,
+    pub landlock: bool,
+    pub landlock_read: Vec<String>,
+    pub seccomp: bool,
+    pub seccomp_deny: Vec<String>,
+}
+
+impl SandboxPolicy {
+    /// The embedded default policy.
+    pub fn default_policy() -> Result<Self> {
+        Self::from_toml(DEFAULT, "sandbox-policy/default.toml")
+    }
+
+    pub fn from_toml(text: &str, name: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| Error::BadConfig {
+            file: name.into(),
+            message: e.message().to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_embedded_policy_parses() {
+        let p = super::SandboxPolicy::default_policy().unwrap();
+        assert_eq!(p.limits.max_result_bytes, 1024 * 1024);
+        assert!(p.barriers.seccomp_deny.contains(&"socket".to_string()));
+        assert!(!p.barriers.seccomp_deny.contains(&"execve".to_string()));
+    }
+}
