@@ -41,6 +41,11 @@
 //! tools = ["calendar", "openclaw:tickets:*"]
 //! aliases = ["plan"]
 //!
+//! [sandbox]
+//! node = "/usr/bin/node"                   # else TOOLSEARCH_NODE, else node on PATH
+//! strict = false                           # a barrier the host refuses is fatal
+//! spares = 1                               # children started ahead (gateway, library)
+//!
 //! [[approvals]]                            # calls to these need an approval
 //! tools = ["openclaw:*:delete_*"]
 //! timeout_ms = 60000                       # no answer in time is a deny
@@ -159,6 +164,35 @@ pub struct CatalogConfig {
     pub paths: Vec<PathBuf>,
 }
 
+/// `[sandbox]`: the code-mode child.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// The Node binary (else `TOOLSEARCH_NODE`, else `node` on PATH).
+    #[serde(default)]
+    pub node: Option<PathBuf>,
+    /// A barrier the host cannot apply is fatal instead of a warning.
+    #[serde(default)]
+    pub strict: bool,
+    /// Children started ahead for long-lived hosts (each used for one run).
+    #[serde(default = "default_spares")]
+    pub spares: usize,
+}
+
+fn default_spares() -> usize {
+    1
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            node: None,
+            strict: false,
+            spares: default_spares(),
+        }
+    }
+}
+
 /// `[[approvals]]`: calls to these tools need an approval.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,6 +282,8 @@ struct RawConfig {
     approvals: Vec<ApprovalConfig>,
     #[serde(default)]
     hooks: HooksConfig,
+    #[serde(default)]
+    sandbox: SandboxConfig,
 }
 
 /// `[tools]` after validation.
@@ -276,6 +312,7 @@ pub struct Config {
     pub toolsets: BTreeMap<String, Toolset>,
     pub approvals: Vec<ApprovalConfig>,
     pub hooks: HooksConfig,
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for Config {
@@ -297,6 +334,7 @@ impl Default for Config {
             toolsets: BTreeMap::new(),
             approvals: Vec::new(),
             hooks: HooksConfig::default(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -414,6 +452,16 @@ impl Config {
                 .collect(),
             approvals: raw.approvals,
             hooks: raw.hooks,
+            sandbox: SandboxConfig {
+                node: raw.sandbox.node.map(|p| {
+                    if p.is_absolute() || p.components().count() == 1 {
+                        p
+                    } else {
+                        base.join(p)
+                    }
+                }),
+                ..raw.sandbox
+            },
         })
     }
 

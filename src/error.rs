@@ -80,6 +80,10 @@ pub enum Error {
     )]
     BadSchema { id: String, message: String },
 
+    /// Code mode cannot run here (no usable Node, or a required barrier missing).
+    #[error("code mode is unavailable: {0}")]
+    Unavailable(String),
+
     /// A request is malformed or exceeds a limit (too many batch queries, a query too long).
     #[error("{0}")]
     InvalidRequest(String),
@@ -129,6 +133,7 @@ impl Error {
             Error::UnavailableTool { .. } => "unavailable-tool",
             Error::InvalidArguments { .. } => "invalid-arguments",
             Error::BadSchema { .. } => "bad-schema",
+            Error::Unavailable(_) => "unavailable",
             Error::InvalidRequest(_) => "invalid-request",
             Error::Usage(_) => "usage",
             Error::Index(_) => "index",
@@ -143,7 +148,8 @@ impl Error {
             | Error::AmbiguousTool { .. }
             | Error::UnavailableTool { .. }
             | Error::InvalidArguments { .. }
-            | Error::BadSchema { .. } => 1,
+            | Error::BadSchema { .. }
+            | Error::Unavailable(_) => 1,
             Error::BadCatalog { .. }
             | Error::BadConfig { .. }
             | Error::BadDataset { .. }

@@ -10,6 +10,7 @@
 //! catalog is planned, so nothing downstream can see a filtered tool.
 
 pub mod catalog;
+pub mod code;
 pub mod config;
 pub mod dispatch;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod eval;
 pub mod executors;
 pub mod policy;
 pub mod report;
+pub mod sandbox;
 pub mod search;
 pub mod synth;
 pub mod telemetry;

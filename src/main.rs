@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
@@ -13,6 +14,7 @@ use toolsearch::catalog::BatchQuery;
 use toolsearch::config::Mode;
 use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
 use toolsearch::policy::approval::CliApprover;
+use toolsearch::sandbox::{Sandbox, SandboxPolicy};
 use toolsearch::telemetry::{self, SessionLog};
 use toolsearch::{Catalog, Config, Error, report};
 
@@ -86,6 +88,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a tool_search_code body (JavaScript, an async function body) in the sandbox.
+    Code {
+        /// The body, or `-` to read it from stdin.
+        body: String,
+        /// Wall-clock limit (default tools.toolSearch.codeTimeoutMs; clamped to 1000..60000).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Approve calls to tools matching this pattern (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        approve: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What this host gives the sandbox: Node, each OS barrier, a cold run, an escape probe.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Retrieval quality of the search on a labelled data set.
     Eval {
         /// catalog.jsonl of the data set.
@@ -121,6 +141,8 @@ fn main() -> ExitCode {
         | Command::Search { json, .. }
         | Command::Describe { json, .. }
         | Command::Call { json, .. }
+        | Command::Code { json, .. }
+        | Command::Doctor { json }
         | Command::Eval { json, .. } => *json,
     };
     match run(cli) {
@@ -170,6 +192,7 @@ struct Globals {
 
 /// What a catalog command works with.
 struct Loaded {
+    config: Config,
     dispatcher: Dispatcher,
     mode: Mode,
 }
@@ -201,7 +224,11 @@ impl Globals {
             .approver(approver)
             .session_log(log)
             .build();
-        Ok(Loaded { dispatcher, mode })
+        Ok(Loaded {
+            config,
+            dispatcher,
+            mode,
+        })
     }
 }
 
@@ -279,6 +306,85 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 print_text(&report::envelope(&envelope));
             }
             if envelope.result.is_error {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Code {
+            body,
+            timeout_ms,
+            approve,
+            json,
+        } => {
+            let body = if body == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                    .map_err(|e| Error::Usage(format!("cannot read the code from stdin: {e}")))?;
+                s
+            } else {
+                body
+            };
+            let loaded = globals.load(&approve)?;
+            let settings = loaded.dispatcher.catalog().settings().clone();
+            let (lo, hi) = toolsearch::config::bounds::CODE_TIMEOUT_MS;
+            let timeout =
+                Duration::from_millis(timeout_ms.unwrap_or(settings.code_timeout_ms).clamp(lo, hi));
+            let sandbox = Sandbox::new(
+                loaded.config.sandbox.node.as_deref(),
+                SandboxPolicy::default_policy()?,
+                loaded.config.sandbox.strict,
+            )
+            .map_err(|e| Error::Unavailable(e.message))?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let dispatcher = Arc::new(loaded.dispatcher);
+            let result = runtime.block_on(toolsearch::code::run(
+                &sandbox, dispatcher, &body, timeout, "cli",
+            ));
+            if json {
+                print_json(&result);
+            } else {
+                print_text(&report::code(&result));
+            }
+            if !result.is_ok() {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Doctor { json } => {
+            let config = Config::load(globals.config.as_deref())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let sandbox = Sandbox::new(
+                config.sandbox.node.as_deref(),
+                SandboxPolicy::default_policy()?,
+                config.sandbox.strict,
+            );
+            let sandbox = match sandbox {
+                Ok(s) => s,
+                Err(e) => {
+                    if json {
+                        print_json(&serde_json::json!({"usable": false, "error": e}));
+                    } else {
+                        print_text(&format!("code mode cannot run here: {}\n", e.message));
+                    }
+                    return Ok(ExitCode::from(1));
+                }
+            };
+            let report = runtime.block_on(toolsearch::sandbox::doctor::run(&sandbox));
+            if json {
+                let mut v = serde_json::to_value(&report).unwrap_or_default();
+                v["usable"] = serde_json::json!(report.usable());
+                v["all_probes_blocked"] = serde_json::json!(report.all_blocked());
+                print_json(&v);
+            } else {
+                print_text(&report::doctor(&report));
+            }
+            if !report.usable() {
                 return Ok(ExitCode::from(1));
             }
         }

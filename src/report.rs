@@ -167,3 +167,96 @@ pub fn envelope(e: &crate::dispatch::Envelope) -> String {
     }
     out
 }
+
+pub fn code(r: &crate::code::CodeResult) -> String {
+    use crate::code::CodeResult;
+    let mut out = String::new();
+    let (logs, t) = match r {
+        CodeResult::Ok {
+            logs, telemetry, ..
+        }
+        | CodeResult::Err {
+            logs, telemetry, ..
+        } => (logs, telemetry),
+    };
+    for l in logs {
+        let _ = writeln!(out, "[{:?}] {}", l.level, l.text);
+    }
+    match r {
+        CodeResult::Ok { value, .. } => {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(value).unwrap_or_default()
+            );
+        }
+        CodeResult::Err { error, .. } => {
+            let _ = writeln!(out, "error [{}]: {}", error.code, error.message);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "({} searches, {} describes, {} calls; catalog of {})",
+        t.search_count, t.describe_count, t.call_count, t.catalog_size
+    );
+    out
+}
+
+pub fn doctor(r: &crate::sandbox::doctor::Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node: {} ({}, permission flag {})",
+        r.node.path.display(),
+        r.node.version,
+        r.node.permission_flag
+    );
+    let _ = writeln!(out, "heap cap: {} MiB", r.heap_cap_mib);
+    let _ = writeln!(out, "\n| barrier | applied | detail |\n|---|---|---|");
+    for b in &r.barriers {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            b.name,
+            if b.applied { "yes" } else { "NO" },
+            b.detail
+        );
+    }
+    match (&r.cold_run_ms, &r.cold_run_error) {
+        (Some(ms), _) => {
+            let _ = writeln!(
+                out,
+                "\ncold run (spawn, one bridge call, result, reap): {ms:.1} ms; node -e 0: {}",
+                r.node_e0_ms
+                    .map(|m| format!("{m:.1} ms"))
+                    .unwrap_or("n/a".into())
+            );
+        }
+        (None, Some(e)) => {
+            let _ = writeln!(out, "\ncold run FAILED: {e}");
+        }
+        _ => {}
+    }
+    let _ = writeln!(
+        out,
+        "\n| escape probe (outside the vm) | result |\n|---|---|"
+    );
+    for p in &r.probes {
+        let _ = writeln!(out, "| {} | {} |", p.attempt, p.detail);
+    }
+    if let Some(e) = &r.probe_error {
+        let _ = writeln!(out, "probe failed: {e}");
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if r.usable() && r.all_blocked() {
+            "code mode can run here; every probe was blocked"
+        } else if r.usable() {
+            "code mode can run here, but some probes were NOT blocked"
+        } else {
+            "code mode cannot run here"
+        }
+    );
+    out
+}

@@ -1,0 +1,344 @@
+// The whole program of a tool_search_code child. Node built-ins only, no dependencies.
+//
+// The Rust parent starts Node with the permission model on and nothing granted, an empty
+// environment, an empty working directory and OS barriers (network namespace, Landlock,
+// seccomp, rlimits), and passes this file inline with -e, so no file grant is needed. The
+// parent also owns the clock: at the deadline it kills this process group, whatever runs
+// here. What this file adds is the innermost layer: the model's code runs in a vm context
+// that holds nothing of this (outer) realm, and talks to the parent only through JSON
+// strings.
+//
+// The channel is fd 3, a socketpair end the parent put there before exec. It carries one
+// JSON object per line ("frames"). stdout and stderr are not used for the protocol: guest
+// code could write to them, and so could Node itself.
+//
+//   parent -> child: {"type":"run","code","limits":{...}}
+//                    {"type":"bridge-result","id","ok":true,"value"} | {..."ok":false,"error":{code,message}}
+//   child -> parent: {"type":"ready"}
+//                    {"type":"log","level":"log"|"warn"|"error","items":[string...]}
+//                    {"type":"bridge","id","method":"search"|"describe"|"call","args":[...]}
+//                    {"type":"result","ok":true,"value"} | {"type":"result","ok":false,"error":{code,message,line?}}
+//
+// Every limit is enforced again by the parent, which treats each frame as untrusted: this
+// file is a convenience layer, not the boundary.
+'use strict';
+
+const net = require('net');
+const vm = require('vm');
+
+// Outer-realm primordials, captured before anything else runs.
+const JSONStringify = JSON.stringify;
+const JSONParse = JSON.parse;
+const StringCtor = String;
+
+let limits = {
+  maxResultBytes: 1024 * 1024,
+  maxLogBytes: 64 * 1024,
+  maxLogLines: 200,
+  maxBridgeCalls: 64,
+  maxArgBytes: 64 * 1024,
+  syncTimeoutMs: 10000,
+};
+
+const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+
+function send(frame) {
+  channel.write(JSONStringify(frame) + '\n');
+}
+
+// ---------------------------------------------------------------------------------------
+// The context. Built from a null-prototype object with code generation from strings and
+// wasm off, so `eval`, `Function` and `WebAssembly.compile` are refused inside it (the
+// context-level setting overrides the process-wide flag). Nothing of this realm is put on
+// it: the bootstrap below runs inside the context and creates every global the guest sees
+// from inner-realm objects, so constructor chains (`x.constructor.constructor('return
+// process')()`) only ever reach the inner Function, which cannot compile strings.
+// ---------------------------------------------------------------------------------------
+const context = vm.createContext(Object.create(null), {
+  name: 'tool_search_code',
+  codeGeneration: { strings: false, wasm: false },
+});
+
+// Runs inside the context. Receives one outer function, `host`, and keeps it in this
+// closure: the guest never gets a reference to it (a reference would be an outer-realm
+// function, whose constructor is the outer Function). `host` takes and returns only
+// primitives and never throws (see hostCall below), so no outer object or error can cross
+// back. Everything the bootstrap needs later (JSON, Promise, then, freeze) is captured
+// here, before the guest can replace any of it.
+const BOOTSTRAP = `(function bootstrap(host) {
+  'use strict';
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+  const P = Promise;
+  const then = Promise.prototype.then;
+  const apply = Reflect.apply;
+  const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const ErrorCtor = Error;
+  const StringCtor = String;
+  const isArray = Array.isArray;
+  const pending = Object.create(null);
+
+  function safeStringify(value) {
+    try {
+      const s = stringify(value);
+      return s === undefined ? 'null' : s;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function format(item) {
+    if (typeof item === 'string') return item;
+    if (item instanceof ErrorCtor) {
+      try { return StringCtor(item.stack || item.message); } catch (e) { return 'Error'; }
+    }
+    const s = safeStringify(item);
+    if (s !== null) return s;
+    try { return StringCtor(item); } catch (e) { return '[unprintable]'; }
+  }
+
+  function makeLogger(level) {
+    return function () {
+      let line = '';
+      for (let i = 0; i < arguments.length; i++) {
+        if (i > 0) line += ' ';
+        line += format(arguments[i]);
+      }
+      host('log', level, line);
+    };
+  }
+
+  // A bridge call starts only when awaited or .then-ed: an unawaited call never reaches
+  // the parent, so it never runs a tool.
+  function lazy(method, args) {
+    const json = safeStringify(args);
+    let promise = null;
+    const start = function () {
+      if (promise === null) {
+        promise = new P(function (resolve, reject) {
+          if (json === null) {
+            reject(new ErrorCtor('openclaw.tools.' + method + ': arguments are not JSON-serializable'));
+            return;
+          }
+          const id = host('bridge', method, json);
+          if (typeof id !== 'number') {
+            reject(new ErrorCtor(typeof id === 'string' ? id : 'bridge unavailable'));
+            return;
+          }
+          pending[id] = { resolve: resolve, reject: reject };
+        });
+      }
+      return promise;
+    };
+    return freeze({
+      __proto__: null,
+      then: function (onOk, onErr) { return apply(then, start(), [onOk, onErr]); },
+      catch: function (onErr) { return apply(then, start(), [undefined, onErr]); },
+    });
+  }
+
+  const tools = freeze({
+    __proto__: null,
+    search: function search(query, options) {
+      const limit = options !== null && typeof options === 'object' ? options.limit : undefined;
+      return lazy('search', [query, limit === undefined ? null : limit]);
+    },
+    describe: function describe(id) { return lazy('describe', [id]); },
+    call: function call(id, args) { return lazy('call', [id, args === undefined ? {} : args]); },
+  });
+  const openclaw = freeze({ __proto__: null, tools: tools });
+  const console = freeze({
+    __proto__: null,
+    log: makeLogger('log'),
+    info: makeLogger('log'),
+    warn: makeLogger('warn'),
+    error: makeLogger('error'),
+  });
+  defineProperty(globalThis, 'openclaw', { value: openclaw, writable: false, configurable: false, enumerable: false });
+  defineProperty(globalThis, 'console', { value: console, writable: false, configurable: false, enumerable: false });
+
+  // Called by the outer side with primitives only; parses inside this realm.
+  function deliver(id, ok, json) {
+    const entry = pending[id];
+    if (entry === undefined) return;
+    delete pending[id];
+    let value = null;
+    try { value = parse(json); } catch (e) { ok = false; value = { code: 'protocol', message: 'bad bridge result' }; }
+    if (ok) {
+      entry.resolve(value);
+    } else {
+      const err = new ErrorCtor(value && typeof value.message === 'string' ? value.message : 'bridge call failed');
+      if (value && typeof value.code === 'string') err.code = value.code;
+      entry.reject(err);
+    }
+  }
+
+  function finish(value) {
+    if (value === undefined) value = null;
+    if (value instanceof ErrorCtor) value = StringCtor(value.message);
+    const json = safeStringify(value);
+    if (json === null) {
+      host('error', 'code-error', 'the return value is not JSON-serializable', 0);
+    } else {
+      host('result', json);
+    }
+  }
+
+  function fail(error) {
+    let message = 'error';
+    let line = 0;
+    try {
+      if (error instanceof ErrorCtor) {
+        message = StringCtor(error.message);
+        const stack = StringCtor(error.stack || '');
+        const m = /tool_search_code\\.js:(\\d+)/.exec(stack);
+        if (m) line = +m[1];
+      } else {
+        message = format(error);
+      }
+    } catch (e) { message = 'error'; }
+    host('error', 'code-error', message, line);
+  }
+
+  // Runs the compiled body. The captured original then collects the result, so a guest
+  // that replaces Promise.prototype.then cannot hang or fool the collection.
+  function start(body) {
+    if (typeof body !== 'function') {
+      host('error', 'code-error', 'the code did not compile to a function body', 0);
+      return;
+    }
+    let result;
+    try {
+      result = body();
+    } catch (e) {
+      fail(e);
+      return;
+    }
+    apply(then, P.resolve(result), [finish, fail]);
+  }
+
+  return freeze({ __proto__: null, deliver: deliver, start: start });
+})`;
+
+// ---------------------------------------------------------------------------------------
+// The outer side of the boundary.
+// ---------------------------------------------------------------------------------------
+let nextId = 1;
+let bridgeCalls = 0;
+let logBytes = 0;
+let logLines = 0;
+let logCut = 0;
+let finished = false;
+
+// The one function the bootstrap holds. It checks the type of every argument, returns only
+// numbers, strings or undefined, and catches everything: an outer-realm exception thrown
+// into the context would be an escape route.
+function hostCall(kind, a, b, c) {
+  try {
+    if (finished) return undefined;
+    if (kind === 'log') {
+      if ((a !== 'log' && a !== 'warn' && a !== 'error') || typeof b !== 'string') return undefined;
+      const line = b.length > 4096 ? b.slice(0, 4096) + '...' : b;
+      if (logLines >= limits.maxLogLines || logBytes + line.length > limits.maxLogBytes) {
+        logCut += 1;
+        return undefined;
+      }
+      logLines += 1;
+      logBytes += line.length;
+      send({ type: 'log', level: a, items: [line] });
+      return undefined;
+    }
+    if (kind === 'bridge') {
+      if (typeof a !== 'string' || typeof b !== 'string') return 'bad bridge call';
+      if (b.length > limits.maxArgBytes) return 'bridge arguments exceed ' + limits.maxArgBytes + ' bytes';
+      if (bridgeCalls >= limits.maxBridgeCalls) return 'at most ' + limits.maxBridgeCalls + ' bridge calls per run';
+      bridgeCalls += 1;
+      const id = nextId++;
+      send({ type: 'bridge', id: id, method: a, args: JSONParse(b) });
+      return id;
+    }
+    if (kind === 'result') {
+      if (typeof a !== 'string') return undefined;
+      finished = true;
+      if (a.length > limits.maxResultBytes) {
+        send({ type: 'result', ok: false, error: { code: 'output-too-large', message: 'the return value is ' + a.length + ' bytes of JSON; the limit is ' + limits.maxResultBytes } });
+      } else {
+        flushLogCut();
+        send({ type: 'result', ok: true, value: JSONParse(a) });
+      }
+      return undefined;
+    }
+    if (kind === 'error') {
+      finished = true;
+      flushLogCut();
+      const message = typeof b === 'string' ? b.slice(0, 4096) : 'error';
+      const error = { code: a === 'code-error' ? 'code-error' : 'code-error', message: message };
+      if (typeof c === 'number' && c > 0) error.line = c;
+      send({ type: 'result', ok: false, error: error });
+      return undefined;
+    }
+    return undefined;
+  } catch (e) {
+    return undefined;
+  }
+}
+
+function flushLogCut() {
+  if (logCut > 0) {
+    send({ type: 'log', level: 'warn', items: ['[' + logCut + ' more console lines cut: the limit is ' + limits.maxLogLines + ' lines or ' + limits.maxLogBytes + ' bytes]'] });
+    logCut = 0;
+  }
+}
+
+const inner = new vm.Script(BOOTSTRAP, { filename: 'bootstrap.js' }).runInContext(context)(hostCall);
+
+function run(frame) {
+  if (frame.limits && typeof frame.limits === 'object') {
+    for (const key of Object.keys(limits)) {
+      if (typeof frame.limits[key] === 'number') limits[key] = frame.limits[key];
+    }
+  }
+  if (typeof frame.code !== 'string') {
+    hostCall('error', 'code-error', 'no code', 0);
+    return;
+  }
+  let body;
+  try {
+    // The body becomes an async function. A body that closes the wrapper early
+    // (`}); ... (function(){`) only reshapes code that runs in the same context anyway;
+    // whatever the script evaluates to is checked by start().
+    const script = new vm.Script('(async function tool_search_code() {\n' + frame.code + '\n})', {
+      filename: 'tool_search_code.js',
+      lineOffset: -1,
+    });
+    body = script.runInContext(context, { timeout: limits.syncTimeoutMs, displayErrors: false });
+  } catch (e) {
+    const message = e && typeof e.message === 'string' ? e.message : StringCtor(e);
+    hostCall('error', 'code-error', 'the code does not compile: ' + message, 0);
+    return;
+  }
+  inner.start(body);
+}
+
+let buffer = '';
+channel.setEncoding('utf8');
+channel.on('data', (chunk) => {
+  buffer += chunk;
+  let nl;
+  while ((nl = buffer.indexOf('\n')) >= 0) {
+    const line = buffer.slice(0, nl);
+    buffer = buffer.slice(nl + 1);
+    let frame;
+    try { frame = JSONParse(line); } catch (e) { continue; }
+    if (frame.type === 'run') {
+      run(frame);
+    } else if (frame.type === 'bridge-result' && typeof frame.id === 'number') {
+      const payload = frame.ok ? frame.value : frame.error;
+      inner.deliver(frame.id, frame.ok === true, JSONStringify(payload === undefined ? null : payload));
+    }
+  }
+});
+channel.on('error', () => process.exit(70));
+channel.on('end', () => process.exit(0));
+send({ type: 'ready' });

@@ -1,0 +1,187 @@
+//! Code mode: a `tool_search_code` body run in the sandbox, with every
+//! `openclaw.tools.*` call relayed to the dispatch path.
+//!
+//! This is the only place the sandbox and dispatch meet: [`DispatchBridge`] turns bridge
+//! frames into `Dispatcher::search`, `describe` and `call` (same policy, approvals, hooks,
+//! validation and log as any other caller), and [`run`] shapes the answer the model reads,
+//! `{ok, value, logs, telemetry}`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::{CallRequest, Dispatcher};
+use crate::sandbox::protocol::BridgeMethod;
+use crate::sandbox::{Bridge, BridgeFailure, BridgeFuture, LogLine, Sandbox, SandboxError};
+
+/// Per-run counts, reported in the result's telemetry.
+#[derive(Debug, Default)]
+struct RunCounts {
+    searches: AtomicU64,
+    describes: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// Relays bridge calls of one run to the dispatcher.
+pub struct DispatchBridge {
+    dispatcher: Arc<Dispatcher>,
+    run_id: String,
+    counts: RunCounts,
+}
+
+impl Bridge for DispatchBridge {
+    fn call(
+        &self,
+        method: BridgeMethod,
+        args: Vec<Value>,
+        cancel: CancellationToken,
+    ) -> BridgeFuture<'_> {
+        Box::pin(async move {
+            let fail = |e: crate::error::Error| BridgeFailure {
+                code: e.code().to_string(),
+                message: e.to_string(),
+            };
+            let arg = |i: usize| args.get(i).cloned().unwrap_or(Value::Null);
+            match method {
+                BridgeMethod::Search => {
+                    self.counts.searches.fetch_add(1, Ordering::Relaxed);
+                    let Value::String(query) = arg(0) else {
+                        return Err(BridgeFailure {
+                            code: "invalid-request".into(),
+                            message: "openclaw.tools.search(query, {limit}) takes a string query"
+                                .into(),
+                        });
+                    };
+                    let limit = match arg(1) {
+                        Value::Null => None,
+                        Value::Number(n) => n.as_u64().map(|n| n as usize),
+                        _ => {
+                            return Err(BridgeFailure {
+                                code: "invalid-request".into(),
+                                message: "openclaw.tools.search: `limit` must be a number".into(),
+                            });
+                        }
+                    };
+                    let hits = self.dispatcher.search(&query, limit).map_err(fail)?;
+                    Ok(serde_json::to_value(hits).unwrap_or(Value::Null))
+                }
+                BridgeMethod::Describe => {
+                    self.counts.describes.fetch_add(1, Ordering::Relaxed);
+                    let Value::String(id) = arg(0) else {
+                        return Err(BridgeFailure {
+                            code: "invalid-request".into(),
+                            message: "openclaw.tools.describe(id) takes a string id".into(),
+                        });
+                    };
+                    let d = self.dispatcher.describe(&id, "code").map_err(fail)?;
+                    Ok(serde_json::to_value(d).unwrap_or(Value::Null))
+                }
+                BridgeMethod::Call => {
+                    self.counts.calls.fetch_add(1, Ordering::Relaxed);
+                    let Value::String(id) = arg(0) else {
+                        return Err(BridgeFailure {
+                            code: "invalid-request".into(),
+                            message: "openclaw.tools.call(id, args) takes a string id".into(),
+                        });
+                    };
+                    let mut request = CallRequest::new(id, arg(1), "code");
+                    request.parent = Some(self.run_id.clone());
+                    request.cancel = cancel;
+                    let envelope = self.dispatcher.call(request).await.map_err(fail)?;
+                    Ok(json!({"tool": envelope.tool, "result": envelope.result}))
+                }
+            }
+        })
+    }
+}
+
+/// `telemetry` of a `tool_search_code` result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Telemetry {
+    pub catalog_size: usize,
+    pub sources: std::collections::BTreeMap<String, usize>,
+    pub search_count: u64,
+    pub describe_count: u64,
+    pub call_count: u64,
+}
+
+/// What `tool_search_code` returns to the model.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum CodeResult {
+    Ok {
+        ok: bool,
+        value: Value,
+        logs: Vec<LogLine>,
+        telemetry: Telemetry,
+    },
+    Err {
+        ok: bool,
+        error: SandboxError,
+        logs: Vec<LogLine>,
+        telemetry: Telemetry,
+    },
+}
+
+impl CodeResult {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, CodeResult::Ok { .. })
+    }
+}
+
+/// Runs `code` with a fresh child; `parent_id` names the run in sub-call ids.
+pub async fn run(
+    sandbox: &Sandbox,
+    dispatcher: Arc<Dispatcher>,
+    code: &str,
+    timeout: Duration,
+    parent_id: &str,
+) -> CodeResult {
+    let bridge = Arc::new(DispatchBridge {
+        dispatcher: Arc::clone(&dispatcher),
+        run_id: parent_id.to_string(),
+        counts: RunCounts::default(),
+    });
+    dispatcher
+        .log()
+        .event("code", json!({"run_id": parent_id, "bytes": code.len()}));
+    let outcome = sandbox.run(code, timeout, bridge.clone()).await;
+    let counts = dispatcher.catalog().counts();
+    let telemetry = Telemetry {
+        catalog_size: counts.cataloged,
+        sources: counts.by_source,
+        search_count: bridge.counts.searches.load(Ordering::Relaxed),
+        describe_count: bridge.counts.describes.load(Ordering::Relaxed),
+        call_count: bridge.counts.calls.load(Ordering::Relaxed),
+    };
+    let result = match outcome {
+        Ok(out) => CodeResult::Ok {
+            ok: true,
+            value: out.value,
+            logs: out.logs,
+            telemetry,
+        },
+        Err(error) => CodeResult::Err {
+            ok: false,
+            error,
+            logs: Vec::new(),
+            telemetry,
+        },
+    };
+    let (ok, code_str) = match &result {
+        CodeResult::Ok { .. } => (true, None),
+        CodeResult::Err { error, .. } => (false, Some(error.code)),
+    };
+    let t = match &result {
+        CodeResult::Ok { telemetry, .. } | CodeResult::Err { telemetry, .. } => telemetry,
+    };
+    dispatcher.log().event(
+        "code_result",
+        json!({"run_id": parent_id, "ok": ok, "error": code_str, "search_count": t.search_count, "describe_count": t.describe_count, "call_count": t.call_count}),
+    );
+    result
+}

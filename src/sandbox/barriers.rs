@@ -1,0 +1,426 @@
+//! The OS barriers around a child (SPEC section 7a), prepared in the parent and applied in
+//! `pre_exec` between fork and exec.
+//!
+//! Everything that allocates (the Landlock ruleset, the seccomp programs, the rlimit
+//! values) is built before the fork; inside `pre_exec` only raw system calls run, in the
+//! order measured to work (SANDBOX-FACTS.md): setsid; rlimits; unshare; the channel to fd 3
+//! and every other fd close-on-exec; parent-death signal; no-new-privileges; Landlock;
+//! seccomp last (it forbids what the steps before it need).
+
+use std::collections::BTreeMap;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
+};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+use serde::Serialize;
+
+use super::policy::SandboxPolicy;
+
+/// One barrier and whether it is applied on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BarrierStatus {
+    pub name: &'static str,
+    pub applied: bool,
+    pub detail: String,
+}
+
+/// What to apply in the child.
+pub struct Prepared {
+    setsid: bool,
+    pdeathsig: bool,
+    no_new_privs: bool,
+    unshare_flags: Option<libc::c_int>,
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    landlock: Option<RulesetCreated>,
+    seccomp: Vec<BpfProgram>,
+}
+
+/// The parts of a barrier set that can be switched off when the host refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enabled {
+    pub network_namespace: bool,
+    pub landlock: bool,
+    pub seccomp: bool,
+}
+
+/// Builds the seccomp programs and the Landlock ruleset, and reports each barrier.
+pub struct Plan {
+    pub statuses: Vec<BarrierStatus>,
+    seccomp: Vec<BpfProgram>,
+    landlock_paths: Vec<PathBuf>,
+    landlock_abi: i32,
+    policy: SandboxPolicy,
+}
+
+fn landlock_abi() -> i32 {
+    // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI.
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
+    // SAFETY: the documented way to query the ABI: no pointers are passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 { 0 } else { r as i32 }
+}
+
+impl Plan {
+    pub fn new(policy: &SandboxPolicy, node: &Path) -> Self {
+        let b = &policy.barriers;
+        let mut statuses = Vec::new();
+        let mut on = |name: &'static str, applied: bool, detail: String| {
+            statuses.push(BarrierStatus {
+                name,
+                applied,
+                detail,
+            })
+        };
+        on(
+            "process group (setsid)",
+            b.setsid,
+            "the whole group is killed after every run".into(),
+        );
+        on(
+            "parent-death signal",
+            b.parent_death_signal,
+            "SIGKILL when the parent dies".into(),
+        );
+        on(
+            "no-new-privileges",
+            b.no_new_privs,
+            "PR_SET_NO_NEW_PRIVS".into(),
+        );
+        on(
+            "rlimits",
+            true,
+            format!(
+                "files {}, file size {}, core {}, CPU = deadline + {} s",
+                policy.rlimits.nofile,
+                policy.rlimits.fsize,
+                policy.rlimits.core,
+                policy.rlimits.cpu_margin_s
+            ),
+        );
+        let root = nix::unistd::geteuid().is_root();
+        on(
+            "network namespace",
+            b.network_namespace,
+            if root {
+                "CLONE_NEWNET".into()
+            } else {
+                "CLONE_NEWUSER | CLONE_NEWNET".into()
+            },
+        );
+        let abi = landlock_abi();
+        let landlock_ok = b.landlock && abi >= 1;
+        on(
+            "landlock",
+            landlock_ok,
+            if !b.landlock {
+                "off in the policy".into()
+            } else if abi == 0 {
+                "the kernel has no Landlock".into()
+            } else {
+                format!(
+                    "ABI {abi}: read/execute node and its libraries only{}{}",
+                    if abi >= 4 {
+                        ", no TCP bind/connect"
+                    } else {
+                        ""
+                    },
+                    if abi >= 6 {
+                        ", signals and abstract sockets scoped"
+                    } else {
+                        ""
+                    }
+                )
+            },
+        );
+        let (seccomp, seccomp_detail) = if b.seccomp {
+            match seccomp_programs(&b.seccomp_deny) {
+                Ok(p) => (
+                    p,
+                    format!(
+                        "{} system calls refused; clone only for threads",
+                        b.seccomp_deny.len()
+                    ),
+                ),
+                Err(e) => (Vec::new(), format!("cannot build the filter: {e}")),
+            }
+        } else {
+            (Vec::new(), "off in the policy".into())
+        };
+        on("seccomp", b.seccomp && !seccomp.is_empty(), seccomp_detail);
+        let mut landlock_paths: Vec<PathBuf> = b
+            .landlock_read
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect();
+        landlock_paths.push(node.to_path_buf());
+        Plan {
+            statuses,
+            seccomp,
+            landlock_paths,
+            landlock_abi: abi,
+            policy: policy.clone(),
+        }
+    }
+
+    /// Marks a barrier as not applied, with the reason (after a spawn showed the host
+    /// refuses it).
+    pub fn disable(&mut self, name: &str, why: String) {
+        for s in &mut self.statuses {
+            if s.name == name {
+                s.applied = false;
+                s.detail = why.clone();
+            }
+        }
+    }
+
+    pub fn is_applied(&self, name: &str) -> bool {
+        self.statuses.iter().any(|s| s.name == name && s.applied)
+    }
+
+    /// Everything for one spawn. Allocates: call before the fork.
+    pub fn prepare(&self, cpu_seconds: u64) -> Prepared {
+        let b = &self.policy.barriers;
+        let r = &self.policy.rlimits;
+        let landlock = if self.is_applied("landlock") {
+            self.ruleset().ok()
+        } else {
+            None
+        };
+        let unshare_flags = self.is_applied("network namespace").then(|| {
+            if nix::unistd::geteuid().is_root() {
+                libc::CLONE_NEWNET
+            } else {
+                libc::CLONE_NEWUSER | libc::CLONE_NEWNET
+            }
+        });
+        Prepared {
+            setsid: b.setsid,
+            pdeathsig: b.parent_death_signal,
+            no_new_privs: b.no_new_privs,
+            unshare_flags,
+            rlimits: vec![
+                (libc::RLIMIT_NOFILE, r.nofile),
+                (libc::RLIMIT_FSIZE, r.fsize),
+                (libc::RLIMIT_CORE, r.core),
+                (libc::RLIMIT_CPU, cpu_seconds + r.cpu_margin_s),
+            ],
+            landlock,
+            seccomp: if self.is_applied("seccomp") {
+                self.seccomp.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn ruleset(&self) -> Result<RulesetCreated, landlock::RulesetError> {
+        let abi = match self.landlock_abi {
+            1 => ABI::V1,
+            2 => ABI::V2,
+            3 => ABI::V3,
+            4 => ABI::V4,
+            5 => ABI::V5,
+            _ => ABI::V6,
+        };
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(abi))?;
+        if self.landlock_abi >= 4 {
+            ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+        }
+        if self.landlock_abi >= 6 {
+            ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
+        }
+        ruleset.create()?.add_rules(path_beneath_rules(
+            &self.landlock_paths,
+            AccessFs::from_read(abi),
+        ))
+    }
+}
+
+impl Prepared {
+    /// Applies the barriers to the calling (child) process, `channel` becoming fd 3.
+    ///
+    /// # Safety
+    /// Call only between fork and exec (in `pre_exec`): it changes process-wide state.
+    pub unsafe fn apply(&mut self, channel: RawFd) -> std::io::Result<()> {
+        let check = |r: libc::c_int| {
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        // SAFETY (all blocks): raw system calls on this process, with valid arguments.
+        unsafe {
+            if self.setsid {
+                check(libc::setsid())?;
+            }
+            for &(resource, value) in &self.rlimits {
+                let limit = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                check(libc::setrlimit(resource, &limit))?;
+            }
+            if let Some(flags) = self.unshare_flags {
+                check(libc::unshare(flags))?;
+            }
+            if channel == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                check(libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+            } else {
+                check(libc::dup2(channel, 3))?;
+            }
+            // Every fd above 3 closes at exec: the child otherwise inherits whatever the
+            // parent's own parent left open. (Closing them here would close the pipe std
+            // uses to report exec errors.)
+            let r = libc::syscall(
+                libc::SYS_close_range,
+                4u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if self.pdeathsig {
+                check(libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ))?;
+            }
+            if self.no_new_privs {
+                check(libc::prctl(
+                    libc::PR_SET_NO_NEW_PRIVS,
+                    1 as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ))?;
+            }
+        }
+        if let Some(ruleset) = self.landlock.take() {
+            ruleset
+                .restrict_self()
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        for program in &self.seccomp {
+            seccompiler::apply_filter(program).map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Two programs: the denied calls and thread-less `clone` with EPERM, and `clone3` with
+/// ENOSYS (so glibc falls back to `clone`, which the first program then checks).
+fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
+    let arch: TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| format!("{e:?}"))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for name in deny {
+        let nr = syscall_number(name).ok_or_else(|| format!("unknown system call `{name}`"))?;
+        rules.insert(nr, Vec::new());
+    }
+    let no_thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        0,
+    )
+    .map_err(|e| e.to_string())?;
+    rules.insert(
+        libc::SYS_clone,
+        vec![SeccompRule::new(vec![no_thread]).map_err(|e| e.to_string())?],
+    );
+    let eperm = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(vec![
+        eperm
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())?,
+        clone3
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| e.to_string())?,
+    ])
+}
+
+fn syscall_number(name: &str) -> Option<i64> {
+    use libc::*;
+    Some(match name {
+        "socket" => SYS_socket,
+        "socketpair" => SYS_socketpair,
+        "ptrace" => SYS_ptrace,
+        "process_vm_readv" => SYS_process_vm_readv,
+        "process_vm_writev" => SYS_process_vm_writev,
+        "mount" => SYS_mount,
+        "umount2" => SYS_umount2,
+        "unshare" => SYS_unshare,
+        "setns" => SYS_setns,
+        "bpf" => SYS_bpf,
+        "perf_event_open" => SYS_perf_event_open,
+        "keyctl" => SYS_keyctl,
+        "add_key" => SYS_add_key,
+        "request_key" => SYS_request_key,
+        "userfaultfd" => SYS_userfaultfd,
+        "io_uring_setup" => SYS_io_uring_setup,
+        "io_uring_enter" => SYS_io_uring_enter,
+        "io_uring_register" => SYS_io_uring_register,
+        "kexec_load" => SYS_kexec_load,
+        "init_module" => SYS_init_module,
+        "finit_module" => SYS_finit_module,
+        "pivot_root" => SYS_pivot_root,
+        "chroot" => SYS_chroot,
+        "execveat" => SYS_execveat,
+        #[cfg(target_arch = "x86_64")]
+        "fork" => SYS_fork,
+        #[cfg(target_arch = "x86_64")]
+        "vfork" => SYS_vfork,
+        "execve" => SYS_execve,
+        "connect" => SYS_connect,
+        "bind" => SYS_bind,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_filter_compiles() {
+        let p = super::super::policy::SandboxPolicy::default_policy().unwrap();
+        let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
+        assert_eq!(programs.len(), 2);
+        assert!(super::syscall_number("no_such_call").is_none());
+    }
+}

@@ -1,0 +1,560 @@
+//! The Node child that runs a `tool_search_code` body: found and probed ([`node`]),
+//! started with the permission model, an empty environment and the OS barriers
+//! ([`barriers`], values in `sandbox-policy/default.toml`), spoken to over a socketpair
+//! ([`protocol`]), and killed — its whole process group — after every run and at the
+//! deadline.
+//!
+//! The sandbox only relays: each `bridge` frame goes to a [`Bridge`] (the dispatch path,
+//! through `crate::code`), and it never decides policy itself.
+
+pub mod barriers;
+pub mod doctor;
+pub mod node;
+pub mod policy;
+pub mod protocol;
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use barriers::{BarrierStatus, Plan};
+pub use node::NodeInfo;
+pub use policy::SandboxPolicy;
+use protocol::{BridgeMethod, ChildFrame, LogLevel};
+
+/// The program the child runs, passed inline with `-e` (no file grant needed).
+pub const RUNTIME_JS: &str = include_str!("../../bridge-js/runtime.js");
+
+/// A failed run, with one of the stable codes: `timeout`, `child-exited`, `protocol`,
+/// `output-too-large`, `code-error`, `out-of-memory`, `unavailable`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl SandboxError {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        SandboxError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// A bridge call the dispatch path refused or failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BridgeFailure {
+    pub code: String,
+    pub message: String,
+}
+
+pub type BridgeFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, BridgeFailure>> + Send + 'a>>;
+
+/// Where `openclaw.tools.*` calls go.
+pub trait Bridge: Send + Sync + 'static {
+    fn call(
+        &self,
+        method: BridgeMethod,
+        args: Vec<Value>,
+        cancel: CancellationToken,
+    ) -> BridgeFuture<'_>;
+}
+
+/// One console line of the guest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub text: String,
+}
+
+/// A successful run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutput {
+    pub value: Value,
+    pub logs: Vec<LogLine>,
+}
+
+/// A configured, calibrated sandbox.
+pub struct Sandbox {
+    node: NodeInfo,
+    policy: SandboxPolicy,
+    plan: Plan,
+    workdir: PathBuf,
+    args: Vec<String>,
+}
+
+/// A spawned child, ready to take one run.
+pub struct Child {
+    process: tokio::process::Child,
+    pgid: Option<i32>,
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    stderr: Arc<Mutex<String>>,
+    /// V8 reported its heap exhausted (the line comes first in a long stack dump, so it
+    /// is looked for as stderr arrives, not in the kept tail).
+    out_of_memory: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        kill_group(self.pgid);
+    }
+}
+
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pid) = pgid {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+impl Sandbox {
+    /// Finds and probes Node, prepares the barriers and calibrates them with one real
+    /// start: a barrier the host refuses is switched off and reported (or, with `strict`,
+    /// the sandbox is unavailable).
+    pub fn new(
+        node: Option<&Path>,
+        policy: SandboxPolicy,
+        strict: bool,
+    ) -> Result<Self, SandboxError> {
+        let path = node::choose(node).map_err(|m| SandboxError::new("unavailable", m))?;
+        let info = node::probe(&path).map_err(|m| SandboxError::new("unavailable", m))?;
+        let plan = Plan::new(&policy, &info.path);
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let workdir =
+            std::env::temp_dir().join(format!("toolsearch-sandbox-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&workdir).map_err(|e| {
+            SandboxError::new(
+                "unavailable",
+                format!("cannot create {}: {e}", workdir.display()),
+            )
+        })?;
+        let mut args = vec![info.permission_flag.clone(), "--no-warnings".to_string()];
+        if policy.node.max_old_space_mib > 0 {
+            args.push(format!(
+                "--max-old-space-size={}",
+                policy.node.max_old_space_mib
+            ));
+        }
+        args.extend(policy.node.extra_flags.iter().cloned());
+        let mut sandbox = Sandbox {
+            node: info,
+            policy,
+            plan,
+            workdir,
+            args,
+        };
+        sandbox.calibrate(strict)?;
+        Ok(sandbox)
+    }
+
+    pub fn node(&self) -> &NodeInfo {
+        &self.node
+    }
+
+    pub fn barriers(&self) -> &[BarrierStatus] {
+        &self.plan.statuses
+    }
+
+    pub fn policy(&self) -> &SandboxPolicy {
+        &self.policy
+    }
+
+    fn calibrate(&mut self, strict: bool) -> Result<(), SandboxError> {
+        let try_start = |plan: &Plan| -> Result<(), String> {
+            let mut prepared = plan.prepare(5);
+            let (parent, child) = StdUnixStream::pair().map_err(|e| e.to_string())?;
+            let fd = child.as_raw_fd();
+            let mut cmd = std::process::Command::new(&self.node.path);
+            cmd.args(&self.args)
+                .arg("-e")
+                .arg("0")
+                .env_clear()
+                .current_dir(&self.workdir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            // SAFETY: `apply` makes only raw system calls (see barriers.rs).
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || prepared.apply(fd));
+            }
+            let out = cmd.output().map_err(|e| e.to_string())?;
+            drop((parent, child));
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "node exited with {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let first = match try_start(&self.plan) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        for name in ["network namespace", "landlock", "seccomp"] {
+            if !self.plan.is_applied(name) {
+                continue;
+            }
+            let mut trial = Plan::new(&self.policy, &self.node.path);
+            for s in &self.plan.statuses {
+                if !s.applied {
+                    trial.disable(s.name, s.detail.clone());
+                }
+            }
+            trial.disable(name, String::new());
+            if try_start(&trial).is_ok() {
+                let why = format!("refused by this host ({first})");
+                if strict {
+                    return Err(SandboxError::new(
+                        "unavailable",
+                        format!("sandbox.strict: the {name} barrier cannot be applied: {why}"),
+                    ));
+                }
+                tracing::warn!("sandbox: the {name} barrier cannot be applied here: {first}");
+                self.plan.disable(name, why);
+                return Ok(());
+            }
+        }
+        Err(SandboxError::new(
+            "unavailable",
+            format!("node cannot start in the sandbox: {first}"),
+        ))
+    }
+
+    /// Spawns a child and waits for its `ready`.
+    pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
+        let mut child = self.spawn_script(RUNTIME_JS, &[], timeout)?;
+        let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
+        match tokio::time::timeout(startup, self.read_frame(&mut child)).await {
+            Ok(Ok(Some(ChildFrame::Ready {}))) => Ok(child),
+            Ok(Ok(Some(other))) => Err(SandboxError::new(
+                "protocol",
+                format!("expected `ready` from the child, got {other:?}"),
+            )),
+            Ok(Ok(None)) => Err(self.exited(&mut child).await),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SandboxError::new(
+                "child-exited",
+                format!("the child was not ready within {} ms", startup.as_millis()),
+            )),
+        }
+    }
+
+    /// Spawns `script` (given inline with `-e`, then `script_args`) exactly as a run's child
+    /// is spawned: same flags, environment, directory and barriers.
+    pub(crate) fn spawn_script(
+        &self,
+        script: &str,
+        script_args: &[String],
+        timeout: Duration,
+    ) -> Result<Child, SandboxError> {
+        let cpu_seconds = timeout.as_secs() + 1;
+        let mut prepared = self.plan.prepare(cpu_seconds);
+        let (parent, child_end) = StdUnixStream::pair()
+            .map_err(|e| SandboxError::new("unavailable", format!("socketpair: {e}")))?;
+        let child_fd: OwnedFd = child_end.into();
+        let raw = child_fd.as_raw_fd();
+        let mut cmd = tokio::process::Command::new(&self.node.path);
+        cmd.args(&self.args)
+            .arg("-e")
+            .arg(script)
+            .args(script_args)
+            .env_clear()
+            .current_dir(&self.workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: `apply` makes only raw system calls (see barriers.rs).
+        unsafe {
+            cmd.pre_exec(move || prepared.apply(raw));
+        }
+        let mut process = cmd
+            .spawn()
+            .map_err(|e| SandboxError::new("unavailable", format!("cannot start node: {e}")))?;
+        drop(child_fd);
+        let pgid = process.id().and_then(|p| i32::try_from(p).ok());
+        parent
+            .set_nonblocking(true)
+            .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
+        let stream = UnixStream::from_std(parent)
+            .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
+        let (read, writer) = stream.into_split();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let out_of_memory = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(mut err) = process.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            let oom = Arc::clone(&out_of_memory);
+            let keep = self.policy.limits.stderr_tail_chars;
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        if t.contains("heap out of memory") || t.contains("Reached heap limit") {
+                            oom.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        let len = t.chars().count();
+                        if len > keep * 4 {
+                            let cut: String = t.chars().skip(len - keep).collect();
+                            *t = cut;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(Child {
+            process,
+            pgid,
+            reader: BufReader::new(read),
+            writer,
+            stderr,
+            out_of_memory,
+        })
+    }
+
+    /// Spawns a child and runs `code` on it.
+    pub async fn run(
+        &self,
+        code: &str,
+        timeout: Duration,
+        bridge: Arc<dyn Bridge>,
+    ) -> Result<RunOutput, SandboxError> {
+        let child = self.spawn(timeout).await?;
+        self.run_on(child, code, timeout, bridge).await
+    }
+
+    /// Runs `code` on a ready child, then kills the child's group whatever happened.
+    pub async fn run_on(
+        &self,
+        mut child: Child,
+        code: &str,
+        timeout: Duration,
+        bridge: Arc<dyn Bridge>,
+    ) -> Result<RunOutput, SandboxError> {
+        let cancel = CancellationToken::new();
+        let result = self.drive(&mut child, code, timeout, bridge, &cancel).await;
+        cancel.cancel();
+        kill_group(child.pgid);
+        let _ = child.process.wait().await;
+        result
+    }
+
+    async fn drive(
+        &self,
+        child: &mut Child,
+        code: &str,
+        timeout: Duration,
+        bridge: Arc<dyn Bridge>,
+        cancel: &CancellationToken,
+    ) -> Result<RunOutput, SandboxError> {
+        let l = &self.policy.limits;
+        let run = json!({
+            "type": "run",
+            "code": code,
+            "limits": {
+                "maxResultBytes": l.max_result_bytes,
+                "maxLogBytes": l.max_log_bytes,
+                "maxLogLines": l.max_log_lines,
+                "maxBridgeCalls": l.max_bridge_calls,
+                "maxArgBytes": l.max_arg_bytes,
+                "syncTimeoutMs": timeout.as_millis() as u64,
+            },
+        });
+        self.write_frame(child, &run).await?;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut logs = Vec::new();
+        let mut log_bytes = 0usize;
+        let mut in_flight: JoinSet<(u64, Result<Value, BridgeFailure>)> = JoinSet::new();
+        let mut bridge_calls = 0usize;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => {
+                    in_flight.abort_all();
+                    return Err(SandboxError::new(
+                        "timeout",
+                        format!("tool_search_code timed out after {} ms", timeout.as_millis()),
+                    ));
+                }
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    let Ok((id, outcome)) = done else { continue };
+                    let frame = match outcome {
+                        Ok(value) => json!({"type": "bridge-result", "id": id, "ok": true, "value": value}),
+                        Err(f) => json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}}),
+                    };
+                    self.write_frame(child, &frame).await?;
+                }
+                frame = self.read_frame(child) => {
+                    match frame? {
+                        None => return Err(self.exited(child).await),
+                        Some(ChildFrame::Ready {}) => {
+                            return Err(SandboxError::new("protocol", "a second `ready` from the child"));
+                        }
+                        Some(ChildFrame::Log { level, items }) => {
+                            for text in items {
+                                log_bytes += text.len();
+                                if logs.len() > l.max_log_lines || log_bytes > l.max_log_bytes + 4096 {
+                                    return Err(SandboxError::new("protocol", "the child sent more console output than its limits allow"));
+                                }
+                                logs.push(LogLine { level, text });
+                            }
+                        }
+                        Some(ChildFrame::Bridge { id, method, args }) => {
+                            bridge_calls += 1;
+                            if bridge_calls > l.max_bridge_calls {
+                                return Err(SandboxError::new("protocol", format!("more than {} bridge calls", l.max_bridge_calls)));
+                            }
+                            let bridge = Arc::clone(&bridge);
+                            let cancel = cancel.child_token();
+                            in_flight.spawn(async move { (id, bridge.call(method, args, cancel).await) });
+                        }
+                        Some(ChildFrame::Result { ok: true, value, .. }) => {
+                            let bytes = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
+                            if bytes > l.max_result_bytes {
+                                return Err(SandboxError::new("output-too-large", format!(
+                                    "the return value is {bytes} bytes of JSON; the limit is {}", l.max_result_bytes)));
+                            }
+                            in_flight.abort_all();
+                            return Ok(RunOutput { value, logs });
+                        }
+                        Some(ChildFrame::Result { ok: false, error, .. }) => {
+                            in_flight.abort_all();
+                            let e = error.unwrap_or(protocol::GuestError { code: "code-error".into(), message: "error".into(), line: None });
+                            let code = match e.code.as_str() {
+                                "output-too-large" => "output-too-large",
+                                _ => "code-error",
+                            };
+                            let message = match e.line {
+                                Some(line) => format!("{} (line {line})", e.message),
+                                None => e.message,
+                            };
+                            return Err(SandboxError::new(code, message));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write_frame(&self, child: &mut Child, frame: &Value) -> Result<(), SandboxError> {
+        let mut bytes = frame.to_string().into_bytes();
+        bytes.push(b'\n');
+        match child.writer.write_all(&bytes).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.exited(child).await),
+        }
+    }
+
+    /// The next frame, `None` at end of stream. A line longer than the frame limit is a
+    /// protocol error, found without buffering more than the limit.
+    async fn read_frame(&self, child: &mut Child) -> Result<Option<ChildFrame>, SandboxError> {
+        let max = self.policy.limits.max_frame_bytes;
+        let mut line = Vec::new();
+        loop {
+            let buf = match child.reader.fill_buf().await {
+                Ok(b) => b,
+                Err(e) => {
+                    return Err(SandboxError::new(
+                        "protocol",
+                        format!("reading from the child: {e}"),
+                    ));
+                }
+            };
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            line.extend_from_slice(&buf[..take]);
+            child.reader.consume(take);
+            if line.len() > max + 1 {
+                return Err(SandboxError::new(
+                    "protocol",
+                    format!("a frame from the child is over {max} bytes"),
+                ));
+            }
+            if done {
+                line.pop();
+                return protocol::decode(&line, max)
+                    .map(Some)
+                    .map_err(|e| SandboxError::new("protocol", e.to_string()));
+            }
+        }
+    }
+
+    /// Why the child stopped talking: its exit status and the end of its stderr.
+    async fn exited(&self, child: &mut Child) -> SandboxError {
+        let status = tokio::time::timeout(Duration::from_secs(2), child.process.wait()).await;
+        // Let the stderr reader drain what the child wrote last.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let tail = child.stderr.lock().map(|t| t.clone()).unwrap_or_default();
+        let keep = self.policy.limits.stderr_tail_chars;
+        let count = tail.chars().count();
+        let tail: String = tail.chars().skip(count.saturating_sub(keep)).collect();
+        let how = match status {
+            Ok(Ok(s)) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (s.code(), s.signal()) {
+                    (Some(c), _) => format!("exit code {c}"),
+                    (None, Some(sig)) => format!("signal {sig}"),
+                    _ => "an unknown status".into(),
+                }
+            }
+            _ => "no exit status".into(),
+        };
+        if child
+            .out_of_memory
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return SandboxError::new(
+                "out-of-memory",
+                format!(
+                    "tool_search_code ran out of memory (the heap cap is {} MiB)",
+                    self.policy.node.max_old_space_mib
+                ),
+            );
+        }
+        SandboxError::new(
+            "child-exited",
+            format!("the sandbox child stopped ({how}): {}", tail.trim()),
+        )
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.workdir);
+    }
+}

@@ -1,0 +1,91 @@
+//! Finding and probing Node: `sandbox.node` in the config, else `TOOLSEARCH_NODE`, else
+//! `node` on `PATH`; its version, and which permission flag it accepts (`--permission` from
+//! 22.13, `--experimental-permission` before; the old name is gone in 24). Probed once per
+//! process and path: a probe is one `node --FLAG --version` per candidate flag (~6 ms).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use serde::Serialize;
+
+/// A usable Node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeInfo {
+    /// Canonical path of the binary (what Landlock lets execute).
+    pub path: PathBuf,
+    pub version: String,
+    pub permission_flag: String,
+}
+
+/// Where the Node to use comes from, in order of precedence.
+pub fn choose(configured: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = configured {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("TOOLSEARCH_NODE").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("node");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err("no `node` on PATH (set sandbox.node in the config or TOOLSEARCH_NODE)".into())
+}
+
+/// Probes `path`, once per process.
+pub fn probe(path: &Path) -> Result<NodeInfo, String> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Result<NodeInfo, String>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Ok(c) = cache.lock()
+        && let Some(r) = c.get(path)
+    {
+        return r.clone();
+    }
+    let result = probe_uncached(path);
+    if let Ok(mut c) = cache.lock() {
+        c.insert(path.to_path_buf(), result.clone());
+    }
+    result
+}
+
+fn probe_uncached(path: &Path) -> Result<NodeInfo, String> {
+    let canonical =
+        std::fs::canonicalize(path).map_err(|e| format!("node at {}: {e}", path.display()))?;
+    let run = |flag: Option<&str>| {
+        let mut cmd = Command::new(&canonical);
+        if let Some(f) = flag {
+            cmd.arg(f);
+        }
+        cmd.arg("--version")
+            .env_clear()
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+    };
+    let out = run(None).map_err(|e| format!("node at {}: cannot run: {e}", canonical.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "node at {}: `--version` failed",
+            canonical.display()
+        ));
+    }
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    for flag in ["--permission", "--experimental-permission"] {
+        if run(Some(flag)).is_ok_and(|o| o.status.success()) {
+            return Ok(NodeInfo {
+                path: canonical,
+                version,
+                permission_flag: flag.to_string(),
+            });
+        }
+    }
+    Err(format!(
+        "node {version} at {} accepts neither --permission nor --experimental-permission (Node 20 or newer is needed)",
+        canonical.display()
+    ))
+}
