@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
-use crate::sandbox::{Bridge, BridgeFailure, BridgeFuture, LogLine, Sandbox, SandboxError};
+use crate::sandbox::{Bridge, BridgeFailure, BridgeFuture, Child, LogLine, Sandbox, SandboxError};
 
 /// Per-run counts, reported in the result's telemetry.
 #[derive(Debug, Default)]
@@ -141,6 +141,19 @@ pub async fn run(
     timeout: Duration,
     parent_id: &str,
 ) -> CodeResult {
+    run_with(sandbox, None, dispatcher, code, timeout, parent_id).await
+}
+
+/// Runs `code` on `child` (a spare, see [`crate::sandbox::spares`]) or, without one, on a
+/// fresh child.
+pub async fn run_with(
+    sandbox: &Sandbox,
+    child: Option<Child>,
+    dispatcher: Arc<Dispatcher>,
+    code: &str,
+    timeout: Duration,
+    parent_id: &str,
+) -> CodeResult {
     let bridge = Arc::new(DispatchBridge {
         dispatcher: Arc::clone(&dispatcher),
         run_id: parent_id.to_string(),
@@ -149,7 +162,10 @@ pub async fn run(
     dispatcher
         .log()
         .event("code", json!({"run_id": parent_id, "bytes": code.len()}));
-    let outcome = sandbox.run(code, timeout, bridge.clone()).await;
+    let outcome = match child {
+        Some(child) => sandbox.run_on(child, code, timeout, bridge.clone()).await,
+        None => sandbox.run(code, timeout, bridge.clone()).await,
+    };
     let counts = dispatcher.catalog().counts();
     let telemetry = Telemetry {
         catalog_size: counts.cataloged,

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod node;
 pub mod policy;
 pub mod protocol;
+pub mod spares;
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,0 +1,120 @@
+//! Spare children for long-lived hosts (the library, the gateway): `sandbox.spares` children
+//! are spawned and brought to `ready` before they are needed, so a run pays only for
+//! send-run-receive. Each spare is used for exactly one run and then killed, like any
+//! child: isolation is unchanged. A spare that dies while idle is replaced; spares die with
+//! the pool (kill on drop) and with the host (parent-death signal).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Child, Sandbox, SandboxError};
+
+/// How often idle spares are checked for having died.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+pub struct SparePool {
+    sandbox: Arc<Sandbox>,
+    ready: Arc<Mutex<VecDeque<Child>>>,
+    target: usize,
+    timeout: Duration,
+    refill: Arc<tokio::sync::Notify>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl SparePool {
+    /// Starts keeping `target` spares ready. `timeout` is the run deadline the spares are
+    /// prepared for (their CPU rlimit).
+    pub fn start(sandbox: Arc<Sandbox>, target: usize, timeout: Duration) -> Arc<Self> {
+        let pool = Arc::new(SparePool {
+            sandbox,
+            ready: Arc::new(Mutex::new(VecDeque::new())),
+            target,
+            timeout,
+            refill: Arc::new(tokio::sync::Notify::new()),
+            stop: tokio_util::sync::CancellationToken::new(),
+        });
+        let keeper = Arc::downgrade(&pool);
+        let stop = pool.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(pool) = keeper.upgrade() else { return };
+                pool.prune_dead();
+                while pool.len() < pool.target && !stop.is_cancelled() {
+                    match pool.sandbox.spawn(pool.timeout).await {
+                        Ok(child) => {
+                            if let Ok(mut r) = pool.ready.lock() {
+                                r.push_back(child);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("sandbox: cannot start a spare child: {e}");
+                            break;
+                        }
+                    }
+                }
+                let refill = Arc::clone(&pool.refill);
+                drop(pool);
+                let notified = refill.notified();
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = notified => {}
+                    _ = tokio::time::sleep(CHECK_EVERY) => {}
+                }
+            }
+        });
+        pool
+    }
+
+    /// Ready spares now.
+    pub fn len(&self) -> usize {
+        self.ready.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn prune_dead(&self) {
+        if let Ok(mut r) = self.ready.lock() {
+            r.retain_mut(|c| matches!(c.process.try_wait(), Ok(None)));
+        }
+    }
+
+    /// A ready child: a live spare if there is one, else a fresh spawn.
+    pub async fn take(&self) -> Result<Child, SandboxError> {
+        let spare = {
+            let mut r = self
+                .ready
+                .lock()
+                .map_err(|_| SandboxError::new("unavailable", "spare pool lock poisoned"))?;
+            let mut found = None;
+            while let Some(mut c) = r.pop_front() {
+                if matches!(c.process.try_wait(), Ok(None)) {
+                    found = Some(c);
+                    break;
+                }
+            }
+            found
+        };
+        self.refill.notify_one();
+        match spare {
+            Some(c) => Ok(c),
+            None => self.sandbox.spawn(self.timeout).await,
+        }
+    }
+
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.sandbox
+    }
+}
+
+impl Drop for SparePool {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        // Dropping the children kills their process groups.
+        if let Ok(mut r) = self.ready.lock() {
+            r.clear();
+        }
+    }
+}
