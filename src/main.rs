@@ -243,13 +243,52 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
         Command::Catalog { json } => {
             let Loaded {
-                dispatcher, mode, ..
+                config,
+                dispatcher,
+                mode,
             } = globals.load(&[])?;
+            // Code mode needs a usable Node; without one the surface falls back to tools
+            // mode, and the catalog says so.
+            let code_mode = (mode == Mode::Code)
+                .then(|| toolsearch::sandbox::code_mode_status(config.sandbox.node.as_deref()));
+            let mode = match &code_mode {
+                Some(status) if !status.available => Mode::Tools,
+                _ => mode,
+            };
+            if let Some(status) = &code_mode {
+                dispatcher.log().event(
+                    "code_mode",
+                    serde_json::to_value(status).unwrap_or_default(),
+                );
+            }
             let catalog = dispatcher.catalog();
             if json {
-                print_json(&CatalogJson::of(catalog, mode));
+                let mut v =
+                    serde_json::to_value(CatalogJson::of(catalog, mode)).unwrap_or_default();
+                if let Some(status) = &code_mode {
+                    v["code_mode"] = serde_json::to_value(status).unwrap_or_default();
+                }
+                print_json(&v);
             } else {
-                print_text(&report::catalog(catalog, mode));
+                let mut text = report::catalog(catalog, mode);
+                match &code_mode {
+                    Some(s) if s.available => {
+                        if let Some(n) = &s.node {
+                            text.push_str(&format!(
+                                "\ncode mode: node {} at {} ({})\n",
+                                n.version,
+                                n.path.display(),
+                                n.permission_flag
+                            ));
+                        }
+                    }
+                    Some(s) => text.push_str(&format!(
+                        "\ncode mode unavailable ({}); falling back to tools mode\n",
+                        s.reason.as_deref().unwrap_or("unknown reason")
+                    )),
+                    None => {}
+                }
+                print_text(&text);
             }
         }
         Command::Search {

@@ -554,6 +554,32 @@ impl Sandbox {
     }
 }
 
+/// Whether code mode can run: a usable Node, or why not. Cheap (two `node --version`
+/// probes, cached); the full barrier calibration happens when a sandbox is built.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CodeModeStatus {
+    pub available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+pub fn code_mode_status(configured_node: Option<&Path>) -> CodeModeStatus {
+    match node::choose(configured_node).and_then(|p| node::probe(&p)) {
+        Ok(info) => CodeModeStatus {
+            available: true,
+            node: Some(info),
+            reason: None,
+        },
+        Err(reason) => CodeModeStatus {
+            available: false,
+            node: None,
+            reason: Some(reason),
+        },
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.workdir);

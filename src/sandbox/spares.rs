@@ -118,3 +118,77 @@ impl Drop for SparePool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::SandboxPolicy;
+
+    async fn wait_for(pool: &SparePool, n: usize) {
+        for _ in 0..200 {
+            if pool.len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the pool never reached {n} spares");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spare_that_dies_idle_is_replaced_and_spares_die_with_the_pool() {
+        let sandbox =
+            Arc::new(Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false).unwrap());
+        let pool = SparePool::start(sandbox.clone(), 1, Duration::from_secs(5));
+        wait_for(&pool, 1).await;
+        let first = pool
+            .ready
+            .lock()
+            .unwrap()
+            .front()
+            .and_then(|c| c.pgid)
+            .unwrap();
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(first),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let mut replaced = None;
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            let now = pool.ready.lock().unwrap().front().and_then(|c| c.pgid);
+            if now.is_some() && now != Some(first) {
+                replaced = now;
+                break;
+            }
+        }
+        let second = replaced.expect("the dead spare was replaced");
+        let child = pool.take().await.unwrap();
+        assert_eq!(child.pgid, Some(second));
+        drop(child);
+        wait_for(&pool, 1).await;
+        let third = pool
+            .ready
+            .lock()
+            .unwrap()
+            .front()
+            .and_then(|c| c.pgid)
+            .unwrap();
+        drop(pool);
+        // Dropping the pool killed its spare.
+        let mut gone = false;
+        for _ in 0..100 {
+            let status =
+                std::fs::read_to_string(format!("/proc/{third}/status")).unwrap_or_default();
+            if status.is_empty()
+                || status
+                    .lines()
+                    .any(|l| l.starts_with("State:") && l.contains('Z'))
+            {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone, "spare {third} outlived its pool");
+    }
+}
