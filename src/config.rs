@@ -65,12 +65,15 @@ use crate::error::{Error, Result};
 use crate::policy::Toolset;
 
 /// Which surface the model gets (SPEC section 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     Code,
     Tools,
     Directory,
     Direct,
+    /// Direct while the visible schemas are small, else code (or tools without Node).
+    Auto,
 }
 
 impl Mode {
@@ -80,8 +83,44 @@ impl Mode {
             Mode::Tools => "tools",
             Mode::Directory => "directory",
             Mode::Direct => "direct",
+            Mode::Auto => "auto",
         }
     }
+
+    /// `code`, `tools`, `directory`, `direct` or `auto`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        Some(match s {
+            "code" => Mode::Code,
+            "tools" => Mode::Tools,
+            "directory" => Mode::Directory,
+            "direct" => Mode::Direct,
+            "auto" => Mode::Auto,
+            _ => return None,
+        })
+    }
+}
+
+/// `[surface]`: what the model is shown, per agent and provider.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SurfaceConfig {
+    /// The provider's context window in tokens, when known: bounds the directory and the
+    /// `auto` threshold.
+    #[serde(default)]
+    pub context_window: Option<usize>,
+    /// Full schemas sent with the directory (4 by default, at most 12).
+    #[serde(default)]
+    pub likely_schemas: Option<usize>,
+    /// Tools whose schemas always go with the directory.
+    #[serde(default)]
+    pub required: Vec<String>,
+    /// Mode per provider name (`openai-completions = "tools"`: weak local models do better
+    /// with structured tools than with code).
+    #[serde(default)]
+    pub providers: BTreeMap<String, String>,
+    /// Mode per agent name (`--agent`).
+    #[serde(default)]
+    pub agents: BTreeMap<String, String>,
 }
 
 /// The effective `tools.toolSearch` settings, after clamping.
@@ -284,6 +323,8 @@ struct RawConfig {
     hooks: HooksConfig,
     #[serde(default)]
     sandbox: SandboxConfig,
+    #[serde(default)]
+    surface: SurfaceConfig,
 }
 
 /// `[tools]` after validation.
@@ -313,6 +354,7 @@ pub struct Config {
     pub approvals: Vec<ApprovalConfig>,
     pub hooks: HooksConfig,
     pub sandbox: SandboxConfig,
+    pub surface: SurfaceConfig,
 }
 
 impl Default for Config {
@@ -335,6 +377,7 @@ impl Default for Config {
             approvals: Vec::new(),
             hooks: HooksConfig::default(),
             sandbox: SandboxConfig::default(),
+            surface: SurfaceConfig::default(),
         }
     }
 }
@@ -423,6 +466,16 @@ impl Config {
                 )));
             }
         }
+        for (what, map) in [
+            ("surface.providers", &raw.surface.providers),
+            ("surface.agents", &raw.surface.agents),
+        ] {
+            if let Some((k, v)) = map.iter().find(|(_, v)| Mode::parse(v).is_none()) {
+                return Err(bad(format!(
+                    "{what}.{k} = {v:?}: expected code, tools, directory, direct or auto"
+                )));
+            }
+        }
         Ok(Config {
             file: Some(path.to_path_buf()),
             tools: ToolsConfig {
@@ -462,7 +515,18 @@ impl Config {
                 }),
                 ..raw.sandbox
             },
+            surface: raw.surface,
         })
+    }
+
+    /// The mode for this agent and provider: the agent's override, else the provider's,
+    /// else `tools.toolSearch`.
+    pub fn mode_for(&self, agent: Option<&str>, provider: Option<&str>) -> Mode {
+        agent
+            .and_then(|a| self.surface.agents.get(a))
+            .or_else(|| provider.and_then(|p| self.surface.providers.get(p)))
+            .and_then(|m| Mode::parse(m))
+            .unwrap_or(self.tools.tool_search.mode)
     }
 
     /// The value at a dotted path of `[settings]`, for the `config` availability signal.
@@ -498,9 +562,10 @@ fn clamp_tool_search(raw: RawToolSearch) -> ToolSearchSettings {
         None | Some("code") => Mode::Code,
         Some("tools") => Mode::Tools,
         Some("directory") => Mode::Directory,
+        Some("auto") => Mode::Auto,
         Some(other) => {
             tracing::warn!(
-                "tools.toolSearch.mode = {other:?} is not one of code, tools, directory; using code"
+                "tools.toolSearch.mode = {other:?} is not one of code, tools, directory, auto; using code"
             );
             Mode::Code
         }

@@ -84,6 +84,17 @@ pub enum Error {
     #[error("code mode is unavailable: {0}")]
     Unavailable(String),
 
+    /// Two tools that must be told apart by name share one (a client tool and a cataloged
+    /// tool in directory mode).
+    #[error(
+        "tool name `{name}` is used by both `{first}` and `{second}`; directory mode calls tools by exact name, so rename one"
+    )]
+    NameCollision {
+        name: String,
+        first: String,
+        second: String,
+    },
+
     /// A request is malformed or exceeds a limit (too many batch queries, a query too long).
     #[error("{0}")]
     InvalidRequest(String),
@@ -134,6 +145,7 @@ impl Error {
             Error::InvalidArguments { .. } => "invalid-arguments",
             Error::BadSchema { .. } => "bad-schema",
             Error::Unavailable(_) => "unavailable",
+            Error::NameCollision { .. } => "name-collision",
             Error::InvalidRequest(_) => "invalid-request",
             Error::Usage(_) => "usage",
             Error::Index(_) => "index",
@@ -154,6 +166,7 @@ impl Error {
             | Error::BadConfig { .. }
             | Error::BadDataset { .. }
             | Error::DuplicateToolName { .. }
+            | Error::NameCollision { .. }
             | Error::MissingExecutor { .. }
             | Error::InvalidRequest(_)
             | Error::Usage(_)

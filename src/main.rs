@@ -40,6 +40,9 @@ struct Cli {
     /// Session key: events append to sessions/KEY.jsonl (default: a new session per run).
     #[arg(long, value_name = "KEY")]
     session: Option<String>,
+    /// Agent name, for per-agent mode overrides ([surface.agents]).
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,6 +53,7 @@ enum CliMode {
     Tools,
     Directory,
     Direct,
+    Auto,
 }
 
 #[derive(Subcommand)]
@@ -101,6 +105,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The exact request payload the model would get in this mode, with byte counts.
+    Surface {
+        /// openai-completions, openai-responses, anthropic or google.
+        #[arg(long, default_value = "openai-responses")]
+        provider: String,
+        /// The user's prompt (scores directory mode's likely schemas).
+        #[arg(long, default_value = "")]
+        prompt: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// What this host gives the sandbox: Node, each OS barrier, a cold run, an escape probe.
     Doctor {
         #[arg(long)]
@@ -143,6 +158,7 @@ fn main() -> ExitCode {
         | Command::Call { json, .. }
         | Command::Code { json, .. }
         | Command::Doctor { json }
+        | Command::Surface { json, .. }
         | Command::Eval { json, .. } => *json,
     };
     match run(cli) {
@@ -188,6 +204,7 @@ struct Globals {
     mode: Option<CliMode>,
     state_dir: Option<PathBuf>,
     session: Option<String>,
+    agent: Option<String>,
 }
 
 /// What a catalog command works with.
@@ -206,7 +223,8 @@ impl Globals {
             Some(CliMode::Tools) => Mode::Tools,
             Some(CliMode::Directory) => Mode::Directory,
             Some(CliMode::Direct) => Mode::Direct,
-            None => config.tools.tool_search.mode,
+            Some(CliMode::Auto) => Mode::Auto,
+            None => config.mode_for(self.agent.as_deref(), None),
         };
         let catalog = Arc::new(Catalog::load(&config, &self.catalogs)?);
         let state_dir = self
@@ -239,6 +257,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         mode: cli.mode,
         state_dir: cli.state_dir,
         session: cli.session,
+        agent: cli.agent,
     };
     match cli.command {
         Command::Catalog { json } => {
@@ -389,6 +408,67 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             if !result.is_ok() {
                 return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Surface {
+            provider,
+            prompt,
+            json,
+        } => {
+            let provider = toolsearch::provider::Provider::parse(&provider)?;
+            let loaded = globals.load(&[])?;
+            // The CLI's --mode wins; else the agent's, then the provider's override.
+            let mode = if globals.mode.is_some() {
+                loaded.mode
+            } else {
+                loaded
+                    .config
+                    .mode_for(globals.agent.as_deref(), Some(provider.as_str()))
+            };
+            let catalog = loaded.dispatcher.catalog();
+            let code_available = if matches!(mode, Mode::Code | Mode::Auto) {
+                let status =
+                    toolsearch::sandbox::code_mode_status(loaded.config.sandbox.node.as_deref());
+                match status.reason {
+                    Some(r) => Err(r),
+                    None => Ok(()),
+                }
+            } else {
+                Ok(())
+            };
+            let options = toolsearch::surface::Options {
+                mode,
+                code_available,
+                prompt: &prompt,
+                context_window: loaded.config.surface.context_window,
+                likely: loaded
+                    .config
+                    .surface
+                    .likely_schemas
+                    .unwrap_or(toolsearch::surface::LIKELY_DEFAULT),
+                required: &loaded.config.surface.required,
+                code_timeout_ms: catalog.settings().code_timeout_ms,
+            };
+            let planned = toolsearch::surface::plan_request(catalog, &options, provider, "")?;
+            loaded.dispatcher.log().event(
+                "request",
+                serde_json::json!({
+                    "summary": planned.summary,
+                    "reasons": planned.surface.reasons,
+                    "visible_schemas": planned.surface.visible_schemas(),
+                    "catalog": catalog.counts(),
+                }),
+            );
+            if json {
+                print_json(&serde_json::json!({
+                    "request": planned.body,
+                    "summary": planned.summary,
+                    "reasons": planned.surface.reasons,
+                    "directory": planned.surface.directory,
+                    "loaded": planned.surface.loaded,
+                }));
+            } else {
+                print_text(&report::surface(&planned));
             }
         }
         Command::Doctor { json } => {

@@ -260,3 +260,24 @@ pub fn doctor(r: &crate::sandbox::doctor::Report) -> String {
     );
     out
 }
+
+pub fn surface(p: &crate::surface::Planned) -> String {
+    let mut out = serde_json::to_string_pretty(&p.body).unwrap_or_default();
+    out.push('\n');
+    let s = &p.summary;
+    let _ = writeln!(
+        out,
+        "\nmode {} ({}): {} declared tools, {} tool bytes, {} prompt bytes, {} request bytes, {:.1}% of direct",
+        s.mode.as_str(),
+        s.provider.as_str(),
+        s.declared_tools,
+        s.tool_bytes,
+        s.prompt_bytes,
+        s.request_bytes,
+        100.0 * s.ratio_to_direct
+    );
+    for r in &p.surface.reasons {
+        let _ = writeln!(out, "note: {r}");
+    }
+    out
+}

@@ -30,7 +30,7 @@ pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
 
 use crate::config::{Config, ToolSearchSettings};
 use crate::error::{Error, Result};
-use crate::policy::Toolsets;
+use crate::policy::{Policy, Toolsets};
 use crate::search::{IndexDoc, SearchIndex};
 
 /// Batch search bounds (SPEC section 6).
@@ -140,6 +140,7 @@ pub struct Catalog {
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
     toolsets: Toolsets,
+    policy: Policy,
 }
 
 /// Counts by source, for `catalog` and telemetry.
@@ -190,6 +191,7 @@ impl Catalog {
             by_name,
             settings: facts.config.tools.tool_search.clone(),
             toolsets: plan.toolsets,
+            policy: plan.policy,
         })
     }
 
@@ -216,6 +218,11 @@ impl Catalog {
                 env: &Facts::process_env,
             },
         )
+    }
+
+    /// The effective policy this catalog was filtered with.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// The toolsets tool patterns expand (plugin and server names, `[toolsets]`).

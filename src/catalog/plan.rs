@@ -68,6 +68,9 @@ pub struct Plan {
     pub filtered: usize,
     /// The toolsets the patterns of this plan expanded (for approvals and `--approve`).
     pub toolsets: Toolsets,
+    /// The effective policy the plan applied (the surfaces check their own control tools
+    /// against it).
+    pub policy: Policy,
 }
 
 /// The facts availability signals are checked against.
@@ -177,6 +180,7 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
         notices,
         filtered,
         toolsets,
+        policy,
     })
 }
 

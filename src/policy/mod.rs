@@ -28,8 +28,8 @@ struct Rule {
     deny: PatternSet,
 }
 
-/// The compiled effective policy.
-#[derive(Debug, Clone)]
+/// The compiled effective policy. The default allows every tool.
+#[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
 }
@@ -76,6 +76,15 @@ impl Policy {
 
     pub fn permits(&self, tool: &ToolDescriptor) -> bool {
         self.refusal(tool).is_none()
+    }
+
+    /// Whether a tool of this name and id is permitted (for tools that are not catalog
+    /// entries, such as the surfaces' own `tool_search_code`).
+    pub fn permits_parts(&self, name: &str, id: &str) -> bool {
+        self.rules.iter().all(|r| {
+            !r.deny.matches_parts(name, id)
+                && r.allow.as_ref().is_none_or(|a| a.matches_parts(name, id))
+        })
     }
 }
 
