@@ -9,7 +9,6 @@ const DEFAULT: &str = include_str!("../../sandbox-policy/default.toml");
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPolicy {
-    pub strict: bool,
     pub node: NodePolicy,
     pub limits: Limits,
     pub rlimits: Rlimits,

@@ -1,0 +1,765 @@
+//! Every provider's tool calls, non-streamed or streamed, as [`ToolCall`]s `{id, name,
+//! arguments: object}`.
+//!
+//! The rules, the same for every format:
+//! - arguments given as a JSON string are parsed; an empty string, `null` (or the string
+//!   `"null"`) means `{}`; an object is taken as is; anything else, or text that is not
+//!   JSON, is `bad-tool-call` naming the tool (the message shows the first
+//!   [`ARGUMENT_PREVIEW_CHARS`] characters of the text);
+//! - a call with a missing, empty or `"null"` id gets `call_<n>`, n its 1-based position
+//!   among the calls of the response (or stream), so ids are deterministic and tests can
+//!   assert them;
+//! - a call without a name is `bad-tool-call` (named `#n`);
+//! - a response that carries an `error` object is `provider-error` with its message; one
+//!   whose shape is wrong where tool calls would be is `bad-provider-response`. Parts that
+//!   are not tool calls (text, reasoning, server-side tools) are ignored.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use super::{Provider, ProviderError, ToolCall};
+
+/// Characters of a bad argument text quoted in the error message.
+pub const ARGUMENT_PREVIEW_CHARS: usize = 100;
+
+/// The tool calls of one non-streamed response, in the order the provider gave them.
+///
+/// - Chat Completions: `choices[0].message.tool_calls[]` (`{id, type: "function",
+///   function: {name, arguments}}`), or Mistral's `toolCalls`, arguments a string or an
+///   object; the legacy `function_call: {name, arguments}` when there are no tool calls.
+/// - Responses: `output[]` items of type `function_call`; the id is `call_id` (what a
+///   `function_call_output` must name), else the item's `id`.
+/// - Anthropic: `content[]` blocks of type `tool_use` (`{id, name, input}`).
+/// - Google: `candidates[0].content.parts[].functionCall` (`{name, args, id?}`). A response
+///   without candidates (a blocked prompt, a usage-only chunk) has no calls.
+pub fn tool_calls(provider: Provider, response: &Value) -> Result<Vec<ToolCall>, ProviderError> {
+    let raw = raw_calls(provider, response)?;
+    finish_calls(raw)
+}
+
+/// A call as found, before its arguments are parsed and its id filled in.
+#[derive(Debug, Default)]
+struct RawCall {
+    id: Option<String>,
+    name: String,
+    arguments: RawArgs,
+}
+
+#[derive(Debug, Default)]
+enum RawArgs {
+    #[default]
+    Missing,
+    /// Argument text (a JSON string in the response, or assembled fragments).
+    Text(String),
+    /// Arguments given as JSON (an object, or anything wrong).
+    Json(Value),
+}
+
+impl RawArgs {
+    fn of(value: Option<&Value>) -> RawArgs {
+        match value {
+            None | Some(Value::Null) => RawArgs::Missing,
+            Some(Value::String(text)) => RawArgs::Text(text.clone()),
+            Some(other) => RawArgs::Json(other.clone()),
+        }
+    }
+}
+
+fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, ProviderError> {
+    let Some(obj) = response.as_object() else {
+        return Err(bad(provider, "the response is not a JSON object"));
+    };
+    upstream_error(obj)?;
+    match provider {
+        Provider::OpenaiCompletions => {
+            let choices = array_field(provider, obj, "choices")?
+                .ok_or_else(|| bad(provider, "the response has no `choices` array"))?;
+            let Some(choice) = choices.first() else {
+                return Ok(Vec::new());
+            };
+            let Some(message) = choice.get("message").and_then(Value::as_object) else {
+                return Err(bad(provider, "`choices[0]` has no `message` object"));
+            };
+            let mut calls = Vec::new();
+            for call in chat_tool_calls(provider, message)? {
+                let Some(call) = call.as_object() else {
+                    return Err(bad(provider, "a tool call is not a JSON object"));
+                };
+                if !is_function_type(call) {
+                    continue;
+                }
+                let function = call.get("function").and_then(Value::as_object);
+                calls.push(RawCall {
+                    id: usable_id(call.get("id")),
+                    name: str_field(function, "name"),
+                    arguments: RawArgs::of(function.and_then(|f| f.get("arguments"))),
+                });
+            }
+            if calls.is_empty()
+                && let Some(legacy) = message.get("function_call").and_then(Value::as_object)
+            {
+                calls.push(RawCall {
+                    id: None,
+                    name: str_field(Some(legacy), "name"),
+                    arguments: RawArgs::of(legacy.get("arguments")),
+                });
+            }
+            Ok(calls)
+        }
+        Provider::OpenaiResponses => {
+            let output = array_field(provider, obj, "output")?
+                .ok_or_else(|| bad(provider, "the response has no `output` array"))?;
+            Ok(output
+                .iter()
+                .filter_map(Value::as_object)
+                .filter(|item| item.get("type").and_then(Value::as_str) == Some("function_call"))
+                .map(|item| RawCall {
+                    id: usable_id(item.get("call_id")).or_else(|| usable_id(item.get("id"))),
+                    name: str_field(Some(item), "name"),
+                    arguments: RawArgs::of(item.get("arguments")),
+                })
+                .collect())
+        }
+        Provider::Anthropic => {
+            let content = array_field(provider, obj, "content")?
+                .ok_or_else(|| bad(provider, "the response has no `content` array"))?;
+            Ok(content
+                .iter()
+                .filter_map(Value::as_object)
+                .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"))
+                .map(|block| RawCall {
+                    id: usable_id(block.get("id")),
+                    name: str_field(Some(block), "name"),
+                    arguments: RawArgs::of(block.get("input")),
+                })
+                .collect())
+        }
+        Provider::Google => {
+            let Some(candidates) = array_field(provider, obj, "candidates")? else {
+                return Ok(Vec::new());
+            };
+            let parts = candidates
+                .first()
+                .and_then(|c| c.get("content"))
+                .and_then(|c| c.get("parts"));
+            let parts = match parts {
+                None | Some(Value::Null) => return Ok(Vec::new()),
+                Some(Value::Array(parts)) => parts,
+                Some(_) => {
+                    return Err(bad(
+                        provider,
+                        "`candidates[0].content.parts` is not an array",
+                    ));
+                }
+            };
+            Ok(parts
+                .iter()
+                .filter_map(|p| p.get("functionCall").and_then(Value::as_object))
+                .map(|call| RawCall {
+                    id: usable_id(call.get("id")),
+                    name: str_field(Some(call), "name"),
+                    arguments: RawArgs::of(call.get("args")),
+                })
+                .collect())
+        }
+    }
+}
+
+/// `tool_calls`, or Mistral's `toolCalls`; `null` or absent is none.
+fn chat_tool_calls(
+    provider: Provider,
+    holder: &Map<String, Value>,
+) -> Result<&[Value], ProviderError> {
+    for key in ["tool_calls", "toolCalls"] {
+        match holder.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(calls)) => return Ok(calls),
+            Some(_) => return Err(bad(provider, &format!("`{key}` is not an array"))),
+        }
+    }
+    Ok(&[])
+}
+
+/// A Chat Completions tool call of type `function`, or of no stated type (Mistral and
+/// several compatible servers leave it out). Other types (`custom`) are not ours.
+fn is_function_type(call: &Map<String, Value>) -> bool {
+    match call.get("type") {
+        None | Some(Value::Null) => true,
+        Some(t) => t == "function",
+    }
+}
+
+/// An `error` object (or message) in place of a result: OpenAI's and Google's
+/// `{"error": {...}}`, Anthropic's `{"type": "error", "error": {...}}`, a failed Responses
+/// object. `"error": null` (a Responses object that succeeded) is no error.
+fn upstream_error(obj: &Map<String, Value>) -> Result<(), ProviderError> {
+    match obj.get("error") {
+        None | Some(Value::Null) => Ok(()),
+        Some(error) => Err(ProviderError::Upstream(error_message(error))),
+    }
+}
+
+fn error_message(error: &Value) -> String {
+    match error {
+        Value::String(message) => message.clone(),
+        Value::Object(map) => match map.get("message").and_then(Value::as_str) {
+            Some(message) => {
+                let kind = map
+                    .get("type")
+                    .or_else(|| map.get("status"))
+                    .or_else(|| map.get("code"))
+                    .and_then(Value::as_str);
+                match kind {
+                    Some(kind) => format!("{kind}: {message}"),
+                    None => message.to_string(),
+                }
+            }
+            None => error.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// `obj[key]` as an array; `Ok(None)` when absent or null.
+fn array_field<'a>(
+    provider: Provider,
+    obj: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a [Value]>, ProviderError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => Ok(Some(items)),
+        Some(_) => Err(bad(provider, &format!("`{key}` is not an array"))),
+    }
+}
+
+fn str_field(obj: Option<&Map<String, Value>>, key: &str) -> String {
+    obj.and_then(|o| o.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// An id worth keeping: a non-empty string other than `"null"` (which some compatible
+/// servers send when they have none).
+fn usable_id(value: Option<&Value>) -> Option<String> {
+    match value {
+        Some(Value::String(id)) if !id.is_empty() && id != "null" => Some(id.clone()),
+        _ => None,
+    }
+}
+
+fn bad(provider: Provider, message: &str) -> ProviderError {
+    ProviderError::BadResponse(format!("{provider}: {message}"))
+}
+
+/// Ids filled in and arguments parsed, in order.
+fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let position = i + 1;
+            if call.name.is_empty() {
+                return Err(ProviderError::BadToolCall {
+                    tool: format!("#{position}"),
+                    message: "the call has no tool name".into(),
+                });
+            }
+            let arguments = parse_arguments(&call.name, call.arguments)?;
+            Ok(ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{position}")),
+                name: call.name,
+                arguments,
+            })
+        })
+        .collect()
+}
+
+fn parse_arguments(tool: &str, raw: RawArgs) -> Result<Value, ProviderError> {
+    let bad_call = |message: String| ProviderError::BadToolCall {
+        tool: tool.to_string(),
+        message,
+    };
+    let value = match raw {
+        RawArgs::Missing => return Ok(Value::Object(Map::new())),
+        RawArgs::Json(Value::String(text)) | RawArgs::Text(text) => {
+            if text.trim().is_empty() {
+                return Ok(Value::Object(Map::new()));
+            }
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Object(map)) => return Ok(Value::Object(map)),
+                Ok(Value::Null) => return Ok(Value::Object(Map::new())),
+                Ok(other) => {
+                    return Err(bad_call(format!(
+                        "the arguments must be a JSON object, not {}: {}",
+                        kind(&other),
+                        preview(&text)
+                    )));
+                }
+                Err(e) => {
+                    return Err(bad_call(format!(
+                        "the arguments are not valid JSON ({e}): {}",
+                        preview(&text)
+                    )));
+                }
+            }
+        }
+        RawArgs::Json(value) => value,
+    };
+    match value {
+        Value::Object(map) => Ok(Value::Object(map)),
+        Value::Null => Ok(Value::Object(Map::new())),
+        other => Err(bad_call(format!(
+            "the arguments must be a JSON object, not {}: {}",
+            kind(&other),
+            preview(&other.to_string())
+        ))),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    crate::catalog::load::json_type_name(value)
+}
+
+fn preview(text: &str) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(ARGUMENT_PREVIEW_CHARS).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams
+// ---------------------------------------------------------------------------------------
+
+/// The `data:` payloads of an SSE body, each parsed as JSON, in order.
+///
+/// Events are separated by blank lines; an event's `data:` lines are joined with `\n` (the
+/// SSE rule). Comments (`:`), `event:`, `id:` and `retry:` lines, and the `[DONE]` sentinel
+/// of OpenAI-compatible streams, are skipped. An event that is not JSON when joined is
+/// tried line by line (servers that forget the blank line between events); a payload that
+/// is still not JSON is skipped: a truncated stream then shows up as arguments that do not
+/// parse, which [`StreamAssembler::finish`] reports with the tool's name.
+pub fn parse_sse(text: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            flush_sse(&mut data, &mut events);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("data:") {
+            data.push(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+        // Any other field (`event:`, `id:`, `retry:`) or a `:` comment is not data.
+    }
+    flush_sse(&mut data, &mut events);
+    events
+}
+
+fn flush_sse(data: &mut Vec<&str>, events: &mut Vec<Value>) {
+    if data.is_empty() {
+        return;
+    }
+    let joined = data.join("\n");
+    let trimmed = joined.trim();
+    if !trimmed.is_empty() && trimmed != "[DONE]" {
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(value) => events.push(value),
+            Err(_) => events.extend(
+                data.iter()
+                    .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok()),
+            ),
+        }
+    }
+    data.clear();
+}
+
+/// Assembles the tool calls of one streamed response from its events, pushed in order.
+///
+/// - Chat Completions: `choices[].delta.tool_calls[]` (or `toolCalls`) of choice 0,
+///   fragments grouped by `index`: the id and name come with the first fragment, the
+///   argument text is concatenated; an object `arguments` (Mistral) is taken whole. A
+///   fragment whose id differs from the call at its index starts a new call (servers that
+///   send every call complete at index 0). The legacy `delta.function_call` is one call.
+/// - Responses: `response.output_item.added` starts a `function_call` item;
+///   `response.function_call_arguments.delta` appends to it (by `item_id`, else
+///   `output_index`); `response.function_call_arguments.done` and
+///   `response.output_item.done` carry the full arguments, which win over the deltas.
+///   `response.completed` is used only when no item came before it; `error` and
+///   `response.failed` are `provider-error`.
+/// - Anthropic: `content_block_start` of a `tool_use` block (`index`, `id`, `name`,
+///   `input`), `content_block_delta` with `input_json_delta.partial_json` fragments;
+///   fragments of other blocks (text, server tools) are ignored; `error` is
+///   `provider-error`.
+/// - Google: every chunk is a whole response with complete `functionCall`s; they are
+///   collected in order.
+///
+/// Ids are filled in at [`StreamAssembler::finish`], by position in the whole stream.
+#[derive(Debug)]
+pub struct StreamAssembler {
+    provider: Provider,
+    calls: Vec<Partial>,
+    /// Chat: tool-call `index` -> call; Anthropic: content block `index`; Responses:
+    /// `output_index`.
+    by_index: HashMap<u64, usize>,
+    /// Responses: item `id` -> call.
+    by_item: HashMap<String, usize>,
+    /// Anthropic: content blocks that are not `tool_use`, whose deltas are not ours.
+    ignored_blocks: HashSet<u64>,
+}
+
+/// One call being assembled.
+#[derive(Debug, Default)]
+struct Partial {
+    id: Option<String>,
+    name: String,
+    /// Concatenated argument fragments.
+    text: String,
+    /// Arguments given whole as JSON (Mistral objects, Anthropic's start `input`, Google).
+    json: Option<Value>,
+    /// Full argument text from a `done` event: wins over the fragments.
+    full: Option<String>,
+}
+
+/// Chat Completions' legacy `function_call` stream has no index; it gets this one.
+const LEGACY_FUNCTION_CALL: u64 = u64::MAX;
+
+impl StreamAssembler {
+    pub fn new(provider: Provider) -> Self {
+        StreamAssembler {
+            provider,
+            calls: Vec::new(),
+            by_index: HashMap::new(),
+            by_item: HashMap::new(),
+            ignored_blocks: HashSet::new(),
+        }
+    }
+
+    /// One event: the parsed JSON of one SSE `data:` payload (see [`parse_sse`]).
+    pub fn push(&mut self, event: &Value) -> Result<(), ProviderError> {
+        let provider = self.provider;
+        let Some(obj) = event.as_object() else {
+            return Err(bad(provider, "a stream event is not a JSON object"));
+        };
+        match provider {
+            Provider::OpenaiCompletions => self.push_chat(obj),
+            Provider::OpenaiResponses => self.push_responses(obj),
+            Provider::Anthropic => self.push_anthropic(obj),
+            Provider::Google => {
+                for call in raw_calls(provider, event)? {
+                    self.calls.push(Partial {
+                        id: call.id,
+                        name: call.name,
+                        text: String::new(),
+                        json: match call.arguments {
+                            RawArgs::Missing => None,
+                            RawArgs::Text(text) => Some(Value::String(text)),
+                            RawArgs::Json(value) => Some(value),
+                        },
+                        full: None,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The assembled calls, ids filled in and arguments parsed.
+    pub fn finish(self) -> Result<Vec<ToolCall>, ProviderError> {
+        let raw = self
+            .calls
+            .into_iter()
+            .map(|p| RawCall {
+                id: p.id,
+                name: p.name,
+                arguments: if let Some(full) = p.full {
+                    RawArgs::Text(full)
+                } else if !p.text.is_empty() {
+                    RawArgs::Text(p.text)
+                } else if let Some(json) = p.json {
+                    RawArgs::Json(json)
+                } else {
+                    RawArgs::Missing
+                },
+            })
+            .collect();
+        finish_calls(raw)
+    }
+
+    fn new_call(&mut self) -> usize {
+        self.calls.push(Partial::default());
+        self.calls.len() - 1
+    }
+
+    fn push_chat(&mut self, obj: &Map<String, Value>) -> Result<(), ProviderError> {
+        let provider = self.provider;
+        upstream_error(obj)?;
+        // A usage-only chunk has no (or empty) choices.
+        let Some(choices) = array_field(provider, obj, "choices")? else {
+            return Ok(());
+        };
+        for choice in choices {
+            // Only the first choice is a turn; with `n > 1` others come with their index.
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            let Some(delta) = choice.get("delta").and_then(Value::as_object) else {
+                continue;
+            };
+            for fragment in chat_tool_calls(provider, delta)? {
+                let Some(fragment) = fragment.as_object() else {
+                    return Err(bad(provider, "a tool call delta is not a JSON object"));
+                };
+                if !is_function_type(fragment) {
+                    continue;
+                }
+                let index = fragment.get("index").and_then(Value::as_u64);
+                let id = usable_id(fragment.get("id"));
+                let at = self.chat_call(index, id.as_deref());
+                self.merge_fragment(at, id, fragment.get("function"));
+            }
+            if let Some(legacy) = delta.get("function_call").filter(|f| f.is_object()) {
+                let at = self.chat_call(Some(LEGACY_FUNCTION_CALL), None);
+                self.merge_fragment(at, None, Some(legacy));
+            }
+        }
+        Ok(())
+    }
+
+    /// The call a Chat fragment belongs to (see [`StreamAssembler`]).
+    fn chat_call(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
+        let same_id = |calls: &[Partial], at: usize| match (calls[at].id.as_deref(), id) {
+            (Some(known), Some(id)) => known == id,
+            _ => true,
+        };
+        match index {
+            Some(index) => match self.by_index.get(&index) {
+                Some(&at) if same_id(&self.calls, at) => at,
+                _ => {
+                    let at = self.new_call();
+                    self.by_index.insert(index, at);
+                    at
+                }
+            },
+            None => {
+                if let Some(id) = id
+                    && let Some(at) = self.calls.iter().position(|c| c.id.as_deref() == Some(id))
+                {
+                    return at;
+                }
+                match self.calls.len() {
+                    len if len > 0 && id.is_none() => len - 1,
+                    _ => self.new_call(),
+                }
+            }
+        }
+    }
+
+    fn merge_fragment(&mut self, at: usize, id: Option<String>, function: Option<&Value>) {
+        let call = &mut self.calls[at];
+        if call.id.is_none() {
+            call.id = id;
+        }
+        let Some(function) = function.and_then(Value::as_object) else {
+            return;
+        };
+        if let Some(name) = function.get("name").and_then(Value::as_str)
+            && call.name.is_empty()
+        {
+            call.name = name.to_string();
+        }
+        match function.get("arguments") {
+            Some(Value::String(fragment)) => call.text.push_str(fragment),
+            Some(whole @ Value::Object(_)) => call.json = Some(whole.clone()),
+            _ => {}
+        }
+    }
+
+    fn push_responses(&mut self, obj: &Map<String, Value>) -> Result<(), ProviderError> {
+        let provider = self.provider;
+        let Some(kind) = obj.get("type").and_then(Value::as_str) else {
+            return Err(bad(provider, "a stream event has no `type`"));
+        };
+        match kind {
+            "response.output_item.added" | "response.output_item.done" => {
+                let Some(item) = obj.get("item").and_then(Value::as_object) else {
+                    return Err(bad(provider, &format!("`{kind}` has no `item` object")));
+                };
+                if item.get("type").and_then(Value::as_str) != Some("function_call") {
+                    return Ok(());
+                }
+                let item_id = usable_id(item.get("id"));
+                let output_index = obj.get("output_index").and_then(Value::as_u64);
+                let at = match self.responses_call(item_id.as_deref(), output_index) {
+                    Some(at) => at,
+                    None => {
+                        let at = self.new_call();
+                        if let Some(item_id) = &item_id {
+                            self.by_item.insert(item_id.clone(), at);
+                        }
+                        if let Some(output_index) = output_index {
+                            self.by_index.insert(output_index, at);
+                        }
+                        at
+                    }
+                };
+                let call = &mut self.calls[at];
+                if call.id.is_none() {
+                    call.id = usable_id(item.get("call_id")).or(item_id);
+                }
+                if call.name.is_empty() {
+                    call.name = str_field(Some(item), "name");
+                }
+                if let Some(arguments) = item.get("arguments").and_then(Value::as_str) {
+                    if kind == "response.output_item.done" {
+                        call.full = Some(arguments.to_string());
+                    } else {
+                        call.text.push_str(arguments);
+                    }
+                }
+                Ok(())
+            }
+            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                let item_id = obj.get("item_id").and_then(Value::as_str);
+                let output_index = obj.get("output_index").and_then(Value::as_u64);
+                let Some(at) = self.responses_call(item_id, output_index) else {
+                    return Err(bad(
+                        provider,
+                        &format!(
+                            "`{kind}` for an item that was never added (item_id {}, output_index {})",
+                            item_id.unwrap_or("none"),
+                            output_index.map_or("none".to_string(), |i| i.to_string())
+                        ),
+                    ));
+                };
+                let call = &mut self.calls[at];
+                if kind.ends_with(".delta") {
+                    if let Some(delta) = obj.get("delta").and_then(Value::as_str) {
+                        call.text.push_str(delta);
+                    }
+                } else {
+                    if let Some(arguments) = obj.get("arguments").and_then(Value::as_str) {
+                        call.full = Some(arguments.to_string());
+                    }
+                    if call.name.is_empty() {
+                        call.name = str_field(Some(obj), "name");
+                    }
+                }
+                Ok(())
+            }
+            "response.completed" => {
+                if self.calls.is_empty()
+                    && let Some(response) = obj.get("response")
+                {
+                    for call in raw_calls(provider, response)? {
+                        self.calls.push(Partial {
+                            id: call.id,
+                            name: call.name,
+                            full: match &call.arguments {
+                                RawArgs::Text(text) => Some(text.clone()),
+                                _ => None,
+                            },
+                            json: match call.arguments {
+                                RawArgs::Json(value) => Some(value),
+                                _ => None,
+                            },
+                            text: String::new(),
+                        });
+                    }
+                }
+                Ok(())
+            }
+            "error" => Err(ProviderError::Upstream(
+                obj.get("error")
+                    .map(error_message)
+                    .or_else(|| obj.get("message").and_then(Value::as_str).map(String::from))
+                    .unwrap_or_else(|| Value::Object(obj.clone()).to_string()),
+            )),
+            "response.failed" => Err(ProviderError::Upstream(
+                obj.get("response")
+                    .and_then(|r| r.get("error"))
+                    .filter(|e| !e.is_null())
+                    .map_or_else(|| "the response failed".to_string(), error_message),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn responses_call(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
+        item_id
+            .and_then(|id| self.by_item.get(id))
+            .or_else(|| output_index.and_then(|i| self.by_index.get(&i)))
+            .copied()
+    }
+
+    fn push_anthropic(&mut self, obj: &Map<String, Value>) -> Result<(), ProviderError> {
+        let provider = self.provider;
+        let kind = obj.get("type").and_then(Value::as_str).unwrap_or_default();
+        match kind {
+            "content_block_start" => {
+                let index = block_index(provider, obj, kind)?;
+                let Some(block) = obj.get("content_block").and_then(Value::as_object) else {
+                    return Err(bad(
+                        provider,
+                        "`content_block_start` has no `content_block`",
+                    ));
+                };
+                if block.get("type").and_then(Value::as_str) != Some("tool_use") {
+                    self.ignored_blocks.insert(index);
+                    return Ok(());
+                }
+                let at = self.new_call();
+                self.by_index.insert(index, at);
+                let call = &mut self.calls[at];
+                call.id = usable_id(block.get("id"));
+                call.name = str_field(Some(block), "name");
+                call.json = block.get("input").filter(|v| !v.is_null()).cloned();
+                Ok(())
+            }
+            "content_block_delta" => {
+                let index = block_index(provider, obj, kind)?;
+                let Some(delta) = obj.get("delta").and_then(Value::as_object) else {
+                    return Err(bad(provider, "`content_block_delta` has no `delta`"));
+                };
+                if delta.get("type").and_then(Value::as_str) != Some("input_json_delta") {
+                    return Ok(());
+                }
+                match self.by_index.get(&index) {
+                    Some(&at) => {
+                        if let Some(fragment) = delta.get("partial_json").and_then(Value::as_str) {
+                            self.calls[at].text.push_str(fragment);
+                        }
+                        Ok(())
+                    }
+                    None if self.ignored_blocks.contains(&index) => Ok(()),
+                    None => Err(bad(
+                        provider,
+                        &format!(
+                            "`input_json_delta` for content block {index}, which never started"
+                        ),
+                    )),
+                }
+            }
+            "error" => Err(ProviderError::Upstream(
+                obj.get("error")
+                    .map_or_else(|| "the stream failed".to_string(), error_message),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn block_index(
+    provider: Provider,
+    obj: &Map<String, Value>,
+    kind: &str,
+) -> Result<u64, ProviderError> {
+    obj.get("index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| bad(provider, &format!("`{kind}` has no `index`")))
+}

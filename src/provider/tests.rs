@@ -1,0 +1,1371 @@
+//! Unit tests of the provider layer: golden request bodies, normalisation of recorded-shape
+//! responses and streams (`fixtures/providers/`), stream assembly at every split, and wire
+//! names.
+//!
+//! Golden files are compared byte for byte. After a deliberate change to a body, rerun with
+//! `TOOLSEARCH_BLESS=1` to rewrite them, then read the diff before committing it.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::normalize::{StreamAssembler, parse_sse, tool_calls};
+use super::payload::{
+    MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS, request_body, summary, tool_bytes, tools_part,
+};
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------------------
+
+fn fixture_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/providers")
+        .join(relative)
+}
+
+fn read_fixture(relative: &str) -> String {
+    let path = fixture_path(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn json_fixture(relative: &str) -> Value {
+    serde_json::from_str(&read_fixture(relative)).unwrap()
+}
+
+fn catalog() -> Vec<ToolSpec> {
+    serde_json::from_str(&read_fixture("catalog.json")).unwrap()
+}
+
+fn request<'a>(tools: &'a [ToolSpec]) -> Request<'a> {
+    Request {
+        system: "You are a helpful assistant.",
+        prompt: "File a bug about the crash on start and tell #dev.",
+        tools,
+        model: "test-model",
+        strict: false,
+        google_legacy: false,
+    }
+}
+
+fn tool(name: &str, parameters: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("{name} tool"),
+        parameters,
+    }
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+/// Compares `actual` with the golden file, printing the first differing line with its
+/// neighbours so a failure reads like a diff.
+fn assert_golden(name: &str, actual: &Value) {
+    let path = fixture_path(&format!("golden/{name}.json"));
+    let actual = format!("{}\n", serde_json::to_string_pretty(actual).unwrap());
+    if std::env::var_os("TOOLSEARCH_BLESS").is_some() {
+        std::fs::write(&path, &actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with TOOLSEARCH_BLESS=1 to create it",
+            path.display()
+        )
+    });
+    if expected == actual {
+        return;
+    }
+    let expected_lines: Vec<&str> = expected.lines().collect();
+    let actual_lines: Vec<&str> = actual.lines().collect();
+    let first = expected_lines
+        .iter()
+        .zip(&actual_lines)
+        .position(|(e, a)| e != a)
+        .unwrap_or(expected_lines.len().min(actual_lines.len()));
+    let from = first.saturating_sub(3);
+    let mut report = format!(
+        "golden {} differs at line {} (expected {} lines, got {}):\n",
+        path.display(),
+        first + 1,
+        expected_lines.len(),
+        actual_lines.len()
+    );
+    for (i, line) in expected_lines.iter().enumerate().skip(from).take(7) {
+        report.push_str(&format!("-{:>4} {line}\n", i + 1));
+    }
+    for (i, line) in actual_lines.iter().enumerate().skip(from).take(7) {
+        report.push_str(&format!("+{:>4} {line}\n", i + 1));
+    }
+    report.push_str("(TOOLSEARCH_BLESS=1 rewrites the golden file after a deliberate change)");
+    panic!("{report}");
+}
+
+/// JSON nesting depth, without recursion.
+fn depth(value: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        max = max.max(d);
+        match v {
+            Value::Object(m) => stack.extend(m.values().map(|c| (c, d + 1))),
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, d + 1))),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn assemble(provider: Provider, sse: &str) -> Result<Vec<ToolCall>, ProviderError> {
+    let mut assembler = StreamAssembler::new(provider);
+    for event in parse_sse(sse) {
+        assembler.push(&event)?;
+    }
+    assembler.finish()
+}
+
+// ---------------------------------------------------------------------------------------
+// Provider
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn provider_names_round_trip() {
+    for provider in Provider::ALL {
+        assert_eq!(Provider::parse(provider.as_str()).unwrap(), provider);
+        assert_eq!(provider.as_str().parse::<Provider>().unwrap(), provider);
+        assert_eq!(
+            serde_json::to_value(provider).unwrap(),
+            json!(provider.as_str())
+        );
+        assert_eq!(provider.to_string(), provider.as_str());
+    }
+    let err = Provider::parse("openai").unwrap_err();
+    assert_eq!(err.code(), "invalid-request");
+    assert!(err.to_string().contains("openai-completions"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// payloads: golden files
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn golden_openai_completions() {
+    let tools = catalog();
+    assert_golden(
+        "openai-completions",
+        &request_body(Provider::OpenaiCompletions, &request(&tools)),
+    );
+}
+
+#[test]
+fn golden_openai_responses() {
+    let tools = catalog();
+    assert_golden(
+        "openai-responses",
+        &request_body(Provider::OpenaiResponses, &request(&tools)),
+    );
+}
+
+#[test]
+fn golden_openai_responses_strict() {
+    let tools = catalog();
+    let request = Request {
+        strict: true,
+        ..request(&tools)
+    };
+    assert_golden(
+        "openai-responses-strict",
+        &request_body(Provider::OpenaiResponses, &request),
+    );
+}
+
+#[test]
+fn golden_anthropic() {
+    let tools = catalog();
+    assert_golden(
+        "anthropic",
+        &request_body(Provider::Anthropic, &request(&tools)),
+    );
+}
+
+#[test]
+fn golden_google() {
+    let tools = catalog();
+    assert_golden("google", &request_body(Provider::Google, &request(&tools)));
+}
+
+#[test]
+fn golden_google_legacy() {
+    let tools = catalog();
+    let request = Request {
+        google_legacy: true,
+        ..request(&tools)
+    };
+    assert_golden("google-legacy", &request_body(Provider::Google, &request));
+}
+
+// ---------------------------------------------------------------------------------------
+// payloads: properties
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn bodies_are_byte_stable() {
+    let tools = catalog();
+    for provider in Provider::ALL {
+        for (strict, google_legacy) in [(false, false), (true, true)] {
+            let request = Request {
+                strict,
+                google_legacy,
+                ..request(&tools)
+            };
+            let first = serde_json::to_string(&request_body(provider, &request)).unwrap();
+            let second = serde_json::to_string(&request_body(provider, &request)).unwrap();
+            assert_eq!(first, second, "{provider}");
+        }
+    }
+}
+
+#[test]
+fn responses_tools_are_sorted_and_independent_of_catalog_order() {
+    let tools = catalog();
+    let mut reversed = tools.clone();
+    reversed.reverse();
+    let body = request_body(Provider::OpenaiResponses, &request(&tools));
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["github_create_issue", "schedule_event", "send_message"]
+    );
+    assert_eq!(
+        serde_json::to_string(&body).unwrap(),
+        serde_json::to_string(&request_body(
+            Provider::OpenaiResponses,
+            &request(&reversed)
+        ))
+        .unwrap()
+    );
+    // The other formats keep the given order.
+    let chat = request_body(Provider::OpenaiCompletions, &request(&reversed));
+    assert_eq!(chat["tools"][0]["function"]["name"], "schedule_event");
+}
+
+#[test]
+fn anthropic_cache_control_is_on_the_last_tool_only() {
+    let tools = catalog();
+    for n in 1..=tools.len() {
+        let body = request_body(Provider::Anthropic, &request(&tools[..n]));
+        let declared = body["tools"].as_array().unwrap();
+        assert_eq!(declared.len(), n);
+        for (i, t) in declared.iter().enumerate() {
+            if i + 1 == n {
+                assert_eq!(t["cache_control"], json!({"type": "ephemeral"}));
+            } else {
+                assert!(t.get("cache_control").is_none(), "tool {i} of {n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn no_tools_and_no_system_leave_their_keys_out() {
+    for provider in Provider::ALL {
+        let request = Request {
+            system: "",
+            ..request(&[])
+        };
+        let body = request_body(provider, &request);
+        assert!(body.get("tools").is_none(), "{provider}: {body}");
+        for key in ["instructions", "system", "systemInstruction"] {
+            assert!(body.get(key).is_none(), "{provider}: {body}");
+        }
+        assert_eq!(tool_bytes(provider, &[]), 0);
+        assert!(tools_part(provider, &request).is_none());
+    }
+    let body = request_body(
+        Provider::OpenaiCompletions,
+        &Request {
+            system: "",
+            ..request(&[])
+        },
+    );
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": "File a bug about the crash on start and tell #dev."}])
+    );
+}
+
+#[test]
+fn tool_bytes_is_the_serialized_tools_value() {
+    let tools = catalog();
+    for provider in Provider::ALL {
+        let body = request_body(provider, &request(&tools));
+        let expected = serde_json::to_string(&body["tools"]).unwrap().len();
+        assert_eq!(tool_bytes(provider, &tools), expected, "{provider}");
+        let s = summary(provider, &request(&tools));
+        assert_eq!(s.tool_bytes, expected);
+        assert_eq!(s.tools, 3);
+        assert_eq!(s.body_bytes, serde_json::to_string(&body).unwrap().len());
+        let renamed = if provider == Provider::Google { 0 } else { 1 };
+        assert_eq!(s.renamed, renamed, "{provider}");
+    }
+}
+
+#[test]
+fn non_object_parameters_become_the_empty_object_schema() {
+    let tools = [tool("ping", Value::Null)];
+    let body = request_body(Provider::Anthropic, &request(&tools));
+    assert_eq!(
+        body["tools"][0]["input_schema"],
+        json!({"type": "object", "properties": {}})
+    );
+    // Gemini's subset: a tool without arguments has no `parameters` at all.
+    let legacy = Request {
+        google_legacy: true,
+        ..request(&tools)
+    };
+    let body = request_body(Provider::Google, &legacy);
+    assert_eq!(
+        body["tools"][0]["functionDeclarations"][0],
+        json!({"name": "ping", "description": "ping tool"})
+    );
+}
+
+#[test]
+fn strict_mode_rules() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "default": {"type": "string", "default": "x", "pattern": "^a"},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}], "description": "d"},
+            "ref": {"$ref": "#/$defs/inner"},
+            "already": {"type": ["string", "null"]},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+            "free": {"type": "object", "additionalProperties": {"type": "string"}},
+            "must": {"type": "integer", "minimum": 1}
+        },
+        "required": ["must"],
+        "$defs": {"inner": {"properties": {"x": {"type": "number", "maximum": 3}}}}
+    });
+    let tools = [tool("t", schema)];
+    let request = Request {
+        strict: true,
+        ..request(&tools)
+    };
+    let body = request_body(Provider::OpenaiResponses, &request);
+    let t = &body["tools"][0];
+    assert_eq!(t["strict"], json!(true));
+    let p = &t["parameters"];
+    assert_eq!(
+        p["required"],
+        json!([
+            "default", "kind", "either", "ref", "already", "tags", "free", "must"
+        ])
+    );
+    assert_eq!(p["additionalProperties"], json!(false));
+    let props = &p["properties"];
+    // A property called `default` is a name, not the keyword; its own `default` goes.
+    assert_eq!(props["default"], json!({"type": ["string", "null"]}));
+    assert_eq!(
+        props["kind"],
+        json!({"type": ["string", "null"], "enum": ["a", "b", null]})
+    );
+    assert_eq!(
+        props["either"],
+        json!({"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}], "description": "d"})
+    );
+    assert_eq!(
+        props["ref"],
+        json!({"anyOf": [{"$ref": "#/$defs/inner"}, {"type": "null"}]})
+    );
+    assert_eq!(props["already"], json!({"type": ["string", "null"]}));
+    assert_eq!(
+        props["tags"],
+        json!({"type": ["array", "null"], "items": {"type": "object", "properties": {"k": {"type": ["string", "null"]}}, "required": ["k"], "additionalProperties": false}})
+    );
+    assert_eq!(
+        props["free"],
+        json!({"type": ["object", "null"], "additionalProperties": false, "properties": {}, "required": []})
+    );
+    assert_eq!(props["must"], json!({"type": "integer"}));
+    assert_eq!(
+        p["$defs"]["inner"],
+        json!({"properties": {"x": {"type": ["number", "null"]}}, "required": ["x"], "additionalProperties": false})
+    );
+    // No dropped keyword survives anywhere.
+    let text = serde_json::to_string(p).unwrap();
+    for keyword in STRICT_DROPPED_KEYWORDS {
+        if keyword != "default" {
+            assert!(
+                !text.contains(&format!("\"{keyword}\"")),
+                "{keyword} in {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn strict_mode_merges_plain_all_of_and_keeps_the_rest() {
+    let schema = json!({"type": "object", "properties": {
+        "merged": {"allOf": [
+            {"properties": {"a": {"type": "string"}}, "required": ["a"]},
+            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+        ]},
+        "kept": {"allOf": [{"$ref": "#/$defs/x"}, {"properties": {"c": {"type": "string"}}}]}
+    }, "required": ["merged", "kept"]});
+    let tools = [tool("t", schema)];
+    let request = Request {
+        strict: true,
+        ..request(&tools)
+    };
+    let body = request_body(Provider::OpenaiResponses, &request);
+    let props = &body["tools"][0]["parameters"]["properties"];
+    assert_eq!(
+        props["merged"],
+        json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": ["string", "null"]}},
+            "required": ["a", "b"], "additionalProperties": false})
+    );
+    assert_eq!(
+        props["kept"],
+        json!({"allOf": [{"$ref": "#/$defs/x"}, {"properties": {"c": {"type": ["string", "null"]}},
+            "required": ["c"], "additionalProperties": false}]})
+    );
+}
+
+#[test]
+fn non_strict_responses_keep_schemas_unchanged() {
+    let tools = catalog();
+    let body = request_body(Provider::OpenaiResponses, &request(&tools));
+    for t in body["tools"].as_array().unwrap() {
+        assert_eq!(t["strict"], json!(false));
+        let original = tools
+            .iter()
+            .find(|o| {
+                WireNames::new(Provider::OpenaiResponses, &tools).wire_name(&o.name) == t["name"]
+            })
+            .unwrap();
+        assert_eq!(t["parameters"], original.parameters);
+    }
+}
+
+#[test]
+fn gemini_subset_rules() {
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "multi": {"type": ["string", "integer", "null"]},
+            "only_null": {"type": "null"},
+            "numbers": {"type": "integer", "enum": [1, 2]},
+            "mixed": {"enum": ["a", null]},
+            "konst": {"const": "fixed", "title": "K"},
+            "bad_format": {"type": "string", "format": "email"},
+            "good_format": {"type": "number", "format": "double"},
+            "tuple": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]},
+            "inferred": {"items": {"type": "boolean"}},
+            "complex": {"allOf": [{"type": "string", "description": "first"}, {"minLength": 2}]},
+            "keyed": {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
+        },
+        "required": ["multi", "ghost"]
+    });
+    let tools = [tool("t", schema)];
+    let request = Request {
+        google_legacy: true,
+        ..request(&tools)
+    };
+    let body = request_body(Provider::Google, &request);
+    let p = &body["tools"][0]["functionDeclarations"][0]["parameters"];
+    assert_eq!(p["required"], json!(["multi"]), "unknown names are dropped");
+    assert!(p.get("additionalProperties").is_none());
+    let props = &p["properties"];
+    assert_eq!(
+        props["multi"],
+        json!({"nullable": true, "anyOf": [{"type": "string"}, {"type": "integer"}]})
+    );
+    assert_eq!(props["only_null"], json!({"nullable": true}));
+    assert_eq!(props["numbers"], json!({"type": "integer"}));
+    assert_eq!(
+        props["mixed"],
+        json!({"type": "string", "nullable": true, "enum": ["a"]})
+    );
+    assert_eq!(props["konst"], json!({"type": "string", "enum": ["fixed"]}));
+    assert_eq!(props["bad_format"], json!({"type": "string"}));
+    assert_eq!(
+        props["good_format"],
+        json!({"type": "number", "format": "double"})
+    );
+    assert_eq!(
+        props["tuple"],
+        json!({"type": "array", "items": {"type": "string"}})
+    );
+    assert_eq!(
+        props["inferred"],
+        json!({"type": "array", "items": {"type": "boolean"}})
+    );
+    assert_eq!(
+        props["complex"],
+        json!({"type": "string", "description": "first"})
+    );
+    assert_eq!(props["keyed"], json!({"type": "object"}));
+}
+
+#[test]
+fn deep_schemas_are_cut_without_panicking() {
+    // 400 levels of `properties` (800 JSON levels), built without recursion.
+    let mut schema = json!({"type": "string"});
+    for _ in 0..400 {
+        schema = json!({"type": "object", "properties": {"a": schema}, "required": ["a"]});
+    }
+    let wide: Vec<Value> = (0..2_000).map(|i| json!({"const": i})).collect();
+    let tools = [
+        tool("deep", schema),
+        tool(
+            "wide",
+            json!({"type": "object", "properties": {"x": {"oneOf": wide}}}),
+        ),
+    ];
+    for provider in Provider::ALL {
+        for (strict, google_legacy) in [(false, false), (true, true)] {
+            let request = Request {
+                strict,
+                google_legacy,
+                ..request(&tools)
+            };
+            let body = request_body(provider, &request);
+            let tools_value = &body["tools"];
+            // The tools value nests the schema 3 to 5 levels down; the cap plus the
+            // replacement adds a few more.
+            assert!(
+                depth(tools_value) <= MAX_SCHEMA_DEPTH + 8,
+                "{provider} strict={strict} legacy={google_legacy}: depth {}",
+                depth(tools_value)
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// normalisation: non-streamed fixtures
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn completions_parallel_calls_with_string_arguments() {
+    let calls = tool_calls(
+        Provider::OpenaiCompletions,
+        &json_fixture("responses/completions.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_Wx2dLmJ9bQmVfz1bT8XH6tPf",
+                "github_create_issue",
+                json!({"title": "Crash on start", "labels": ["bug"], "priority": "high"})
+            ),
+            call(
+                "call_3hTqK0vY7m2nD5cPz8LrA1sE",
+                "send_message",
+                json!({"channel": "dev", "text": "Filed: Crash on start ✅"})
+            ),
+        ]
+    );
+    // Back to catalog names.
+    let names = WireNames::new(Provider::OpenaiCompletions, &catalog());
+    let original: Vec<String> = calls
+        .into_iter()
+        .map(|c| c.with_original_names(&names).name)
+        .collect();
+    assert_eq!(original, ["github.create_issue", "send_message"]);
+}
+
+#[test]
+fn completions_compatible_server_ids_and_arguments() {
+    let calls = tool_calls(
+        Provider::OpenaiCompletions,
+        &json_fixture("responses/completions-compat.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_1",
+                "send_message",
+                json!({"channel": "ops", "text": "deploy done"})
+            ),
+            call("call_2", "list_channels", json!({})),
+            call(
+                "call_3",
+                "github_create_issue",
+                json!({"title": "Object arguments"})
+            ),
+            call("call_keep", "whoami", json!({})),
+        ]
+    );
+}
+
+#[test]
+fn mistral_camel_case_and_object_arguments() {
+    let calls = tool_calls(
+        Provider::OpenaiCompletions,
+        &json_fixture("responses/mistral.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "D681PevKs",
+                "send_message",
+                json!({"channel": "general", "text": "hello"})
+            ),
+            call(
+                "QGhnYSmpp",
+                "schedule_event",
+                json!({"when": {"start": "2025-03-10T09:00:00Z"}})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn legacy_function_call() {
+    let calls = tool_calls(
+        Provider::OpenaiCompletions,
+        &json_fixture("responses/legacy-function-call.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [call(
+            "call_1",
+            "send_message",
+            json!({"channel": "dev", "text": "hi"})
+        )]
+    );
+}
+
+#[test]
+fn invalid_arguments_are_bad_tool_call_naming_the_tool() {
+    let err = tool_calls(
+        Provider::OpenaiCompletions,
+        &json_fixture("responses/completions-invalid.json"),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "bad-tool-call");
+    let message = err.to_string();
+    assert!(message.contains("`github_create_issue`"), "{message}");
+    assert!(message.contains("not valid JSON"), "{message}");
+    assert!(
+        message.contains("{\"title\": \"Crash on start\""),
+        "{message}"
+    );
+    assert!(message.ends_with('…'), "the preview is cut: {message}");
+    assert!(!message.contains("long stack trace"), "{message}");
+}
+
+#[test]
+fn arguments_that_are_not_objects_are_bad_tool_call() {
+    for (arguments, expected) in [
+        (json!("[1, 2]"), "an array"),
+        (json!("42"), "a number"),
+        (json!("\"{}\""), "a string"),
+        (json!([1]), "an array"),
+        (json!(true), "a boolean"),
+    ] {
+        let response = json!({"choices": [{"message": {"tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "t", "arguments": arguments}}
+        ]}}]});
+        let err = tool_calls(Provider::OpenaiCompletions, &response).unwrap_err();
+        assert_eq!(err.code(), "bad-tool-call", "{arguments}");
+        assert!(err.to_string().contains(expected), "{err}");
+        assert!(err.to_string().contains("`t`"), "{err}");
+    }
+    // `"null"` text means no arguments, like `null` and "".
+    let response = json!({"choices": [{"message": {"tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "t", "arguments": "null"}},
+        {"id": "d", "type": "function", "function": {"name": "t", "arguments": "  "}}
+    ]}}]});
+    let calls = tool_calls(Provider::OpenaiCompletions, &response).unwrap();
+    assert!(calls.iter().all(|c| c.arguments == json!({})));
+}
+
+#[test]
+fn a_call_without_a_name_is_bad_tool_call() {
+    let response = json!({"content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "ok", "input": {}},
+        {"type": "tool_use", "id": "toolu_2", "name": "", "input": {}}
+    ]});
+    let err = tool_calls(Provider::Anthropic, &response).unwrap_err();
+    assert_eq!(err.code(), "bad-tool-call");
+    assert!(err.to_string().contains("#2"), "{err}");
+}
+
+#[test]
+fn responses_use_call_id_then_id() {
+    let calls = tool_calls(
+        Provider::OpenaiResponses,
+        &json_fixture("responses/responses.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_unLAR8MvFNptuiZK6K6HCy5k",
+                "github_create_issue",
+                json!({"title": "Crash on start", "assignee": {"login": "octocat"}})
+            ),
+            call(
+                "fc_67ccd3af1e0c8190b3a2f0e9c1d2a3b404becb25c45c1d41",
+                "send_message",
+                json!({"channel": "dev", "text": "filed"})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn anthropic_tool_use_blocks() {
+    let calls = tool_calls(
+        Provider::Anthropic,
+        &json_fixture("responses/anthropic.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "toolu_01A09q90qw90lq917835lq9",
+                "github_create_issue",
+                json!({"title": "Crash on start", "priority": "high"})
+            ),
+            call("toolu_01B7h2kq8dj3m4n5p6q7r8s9", "list_channels", json!({})),
+        ]
+    );
+}
+
+#[test]
+fn google_function_calls_get_ids_by_position() {
+    let calls = tool_calls(Provider::Google, &json_fixture("responses/google.json")).unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_1",
+                "github.create_issue",
+                json!({"title": "Crash on start", "labels": ["bug", "p1"]})
+            ),
+            call(
+                "fc-4f2a",
+                "send_message",
+                json!({"channel": "dev", "text": "filed"})
+            ),
+            call("call_3", "list_channels", json!({})),
+        ]
+    );
+    // A blocked prompt has no candidates and no calls.
+    let blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}});
+    assert_eq!(tool_calls(Provider::Google, &blocked).unwrap(), []);
+}
+
+#[test]
+fn provider_errors_and_malformed_responses() {
+    let err = tool_calls(
+        Provider::Anthropic,
+        &json_fixture("responses/anthropic-error.json"),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "provider-error");
+    assert_eq!(
+        err.to_string(),
+        "the provider reported an error: overloaded_error: Overloaded"
+    );
+    let openai = json!({"error": {"message": "Invalid 'tools[0].function.name'", "type": "invalid_request_error", "param": "tools[0].function.name", "code": "invalid_value"}});
+    let err = tool_calls(Provider::OpenaiCompletions, &openai).unwrap_err();
+    assert_eq!(err.code(), "provider-error");
+    assert!(err.to_string().contains("invalid_request_error"), "{err}");
+
+    for (provider, response) in [
+        (Provider::OpenaiCompletions, json!([])),
+        (Provider::OpenaiCompletions, json!({"id": "x"})),
+        (
+            Provider::OpenaiCompletions,
+            json!({"choices": [{"finish_reason": "stop"}]}),
+        ),
+        (
+            Provider::OpenaiCompletions,
+            json!({"choices": [{"message": {"tool_calls": {}}}]}),
+        ),
+        (Provider::OpenaiResponses, json!({"output": "text"})),
+        (Provider::Anthropic, json!({"type": "message"})),
+        (
+            Provider::Google,
+            json!({"candidates": [{"content": {"parts": {}}}]}),
+        ),
+    ] {
+        let err = tool_calls(provider, &response).unwrap_err();
+        assert_eq!(err.code(), "bad-provider-response", "{provider} {response}");
+    }
+    // No calls is not an error.
+    let text_only = json!({"choices": [{"message": {"role": "assistant", "content": "hi", "tool_calls": null}}]});
+    assert_eq!(
+        tool_calls(Provider::OpenaiCompletions, &text_only).unwrap(),
+        []
+    );
+    let responses_ok = json!({"output": [], "error": null});
+    assert_eq!(
+        tool_calls(Provider::OpenaiResponses, &responses_ok).unwrap(),
+        []
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// SSE and streams
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn parse_sse_rules() {
+    let text = ": a comment\n\
+        event: message\n\
+        id: 7\n\
+        retry: 100\n\
+        data: {\"a\":\n\
+        data: 1}\n\
+        \n\
+        data:{\"b\":2}\r\n\
+        \r\n\
+        data: [DONE]\n\
+        \n\
+        data: {\"c\":3}\n\
+        data: {\"d\":4}\n\
+        \n\
+        data: not json\n\
+        \n\
+        data: {\"e\":5}";
+    assert_eq!(
+        parse_sse(text),
+        [
+            json!({"a": 1}),
+            json!({"b": 2}),
+            json!({"c": 3}),
+            json!({"d": 4}),
+            json!({"e": 5})
+        ]
+    );
+    assert!(parse_sse("").is_empty());
+}
+
+#[test]
+fn completions_stream() {
+    let calls = assemble(
+        Provider::OpenaiCompletions,
+        &read_fixture("responses/completions.sse"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_DdmO9pD3xa9XTPNJ32zg2hcA",
+                "github_create_issue",
+                json!({"title": "Café crash", "labels": ["bug"]})
+            ),
+            call(
+                "call_kl3x0pWeRm5NbQ2cVt7yZ8aB",
+                "send_message",
+                json!({"channel": "dev", "text": "filed"})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn mistral_stream_whole_calls_at_one_index() {
+    let calls = assemble(
+        Provider::OpenaiCompletions,
+        &read_fixture("responses/mistral.sse"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "D681PevKs",
+                "send_message",
+                json!({"channel": "general", "text": "hello"})
+            ),
+            call("QGhnYSmpp", "list_channels", json!({})),
+        ]
+    );
+}
+
+#[test]
+fn completions_stream_without_ids_and_legacy_function_call() {
+    let events = [
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": null, "function": {"name": "a", "arguments": "{\"x\""}}]}}]}),
+        json!({"choices": [{"index": 1, "delta": {"tool_calls": [{"index": 0, "id": "other-choice", "function": {"name": "zzz", "arguments": "{}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "null", "function": {"name": "b"}}]}}]}),
+    ];
+    let mut assembler = StreamAssembler::new(Provider::OpenaiCompletions);
+    for e in &events {
+        assembler.push(e).unwrap();
+    }
+    assert_eq!(
+        assembler.finish().unwrap(),
+        [
+            call("call_1", "a", json!({"x": 1})),
+            call("call_2", "b", json!({}))
+        ]
+    );
+
+    let mut assembler = StreamAssembler::new(Provider::OpenaiCompletions);
+    for e in [
+        json!({"choices": [{"delta": {"function_call": {"name": "send_message", "arguments": ""}}}]}),
+        json!({"choices": [{"delta": {"function_call": {"arguments": "{\"text\": \"hi\"}"}}}]}),
+    ] {
+        assembler.push(&e).unwrap();
+    }
+    assert_eq!(
+        assembler.finish().unwrap(),
+        [call("call_1", "send_message", json!({"text": "hi"}))]
+    );
+}
+
+#[test]
+fn responses_stream() {
+    let calls = assemble(
+        Provider::OpenaiResponses,
+        &read_fixture("responses/responses.sse"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_MHuBx5kZyg1lzUqDRTrFCKqa",
+                "github_create_issue",
+                json!({"title": "Crash on start"})
+            ),
+            call(
+                "call_Qn3aW9rT5yU7iO1pL2kJ4hG6",
+                "send_message",
+                json!({"channel": "dev", "text": "filed"})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn responses_stream_done_arguments_win_and_completed_is_a_fallback() {
+    let mut assembler = StreamAssembler::new(Provider::OpenaiResponses);
+    for e in [
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "t", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1", "delta": "{\"garbled"}),
+        json!({"type": "response.function_call_arguments.done", "output_index": 0, "item_id": "fc_1", "arguments": "{\"ok\": true}"}),
+    ] {
+        assembler.push(&e).unwrap();
+    }
+    assert_eq!(
+        assembler.finish().unwrap(),
+        [call("call_1", "t", json!({"ok": true}))]
+    );
+
+    let mut assembler = StreamAssembler::new(Provider::OpenaiResponses);
+    let completed = json!({"type": "response.completed", "response": {"output": [
+        {"type": "function_call", "id": "fc_9", "call_id": "call_9", "name": "t", "arguments": "{\"n\": 9}"}
+    ]}});
+    assembler.push(&completed).unwrap();
+    assert_eq!(
+        assembler.finish().unwrap(),
+        [call("call_9", "t", json!({"n": 9}))]
+    );
+
+    let mut assembler = StreamAssembler::new(Provider::OpenaiResponses);
+    let orphan = json!({"type": "response.function_call_arguments.delta", "item_id": "fc_x", "output_index": 3, "delta": "{"});
+    assert_eq!(
+        assembler.push(&orphan).unwrap_err().code(),
+        "bad-provider-response"
+    );
+    let failed = json!({"type": "response.failed", "response": {"error": {"code": "server_error", "message": "boom"}}});
+    let err = assembler.push(&failed).unwrap_err();
+    assert_eq!(err.code(), "provider-error");
+    assert!(err.to_string().contains("boom"), "{err}");
+    let error = json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down"});
+    assert!(
+        assembler
+            .push(&error)
+            .unwrap_err()
+            .to_string()
+            .contains("slow down")
+    );
+}
+
+#[test]
+fn anthropic_stream() {
+    let calls = assemble(
+        Provider::Anthropic,
+        &read_fixture("responses/anthropic.sse"),
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                "github_create_issue",
+                json!({"title": "Crash on start", "priority": "high"})
+            ),
+            call("toolu_01VnA3cP9qZk2LmT8sRw4Xy7", "list_channels", json!({})),
+        ]
+    );
+}
+
+#[test]
+fn anthropic_stream_server_tools_orphans_and_errors() {
+    let mut assembler = StreamAssembler::new(Provider::Anthropic);
+    for e in [
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"query\": \"x\"}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+    ] {
+        assembler.push(&e).unwrap();
+    }
+    let orphan = json!({"type": "content_block_delta", "index": 5, "delta": {"type": "input_json_delta", "partial_json": "{"}});
+    assert_eq!(
+        assembler.push(&orphan).unwrap_err().code(),
+        "bad-provider-response"
+    );
+    let error =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    assert_eq!(assembler.push(&error).unwrap_err().code(), "provider-error");
+    assert_eq!(assembler.finish().unwrap(), []);
+
+    // A truncated stream: the arguments do not parse, and the error names the tool.
+    let mut assembler = StreamAssembler::new(Provider::Anthropic);
+    for e in [
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "send_message", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"text\": \"hel"}}),
+    ] {
+        assembler.push(&e).unwrap();
+    }
+    let err = assembler.finish().unwrap_err();
+    assert_eq!(err.code(), "bad-tool-call");
+    assert!(err.to_string().contains("send_message"), "{err}");
+}
+
+#[test]
+fn google_stream() {
+    let text = read_fixture("responses/google.sse");
+    assert!(text.contains("\r\n"), "the fixture keeps Gemini's CRLF");
+    let calls = assemble(Provider::Google, &text).unwrap();
+    assert_eq!(
+        calls,
+        [
+            call(
+                "call_1",
+                "github.create_issue",
+                json!({"title": "Crash on start", "labels": ["bug"]})
+            ),
+            call(
+                "call_2",
+                "send_message",
+                json!({"channel": "dev", "text": "filed"})
+            ),
+            call("fc-77", "list_channels", json!({})),
+        ]
+    );
+}
+
+#[test]
+fn stream_events_that_are_not_objects_are_refused() {
+    for provider in Provider::ALL {
+        let mut assembler = StreamAssembler::new(provider);
+        assert_eq!(
+            assembler.push(&json!("text")).unwrap_err().code(),
+            "bad-provider-response"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// property: assembly at every split
+// ---------------------------------------------------------------------------------------
+
+/// The largest char boundary of `s` at or before `at`.
+fn char_floor(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn sse(events: &[Value]) -> String {
+    let mut text = String::new();
+    for e in events {
+        text.push_str("data: ");
+        text.push_str(&serde_json::to_string(e).unwrap());
+        text.push_str("\n\n");
+    }
+    text
+}
+
+/// A stream of `provider` carrying `calls`, each call's argument text cut into `pieces`.
+fn render_stream(provider: Provider, calls: &[ToolCall], pieces: &[Vec<String>]) -> String {
+    let mut events = Vec::new();
+    match provider {
+        Provider::OpenaiCompletions => {
+            for (i, (c, parts)) in calls.iter().zip(pieces).enumerate() {
+                events.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
+                ]}}]}));
+                for part in parts {
+                    events.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                        {"index": i, "function": {"arguments": part}}
+                    ]}}]}));
+                }
+            }
+            events.push(
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            );
+        }
+        Provider::OpenaiResponses => {
+            for (i, (c, parts)) in calls.iter().zip(pieces).enumerate() {
+                let item_id = format!("fc_{i}");
+                events.push(json!({"type": "response.output_item.added", "output_index": i,
+                    "item": {"type": "function_call", "id": item_id, "call_id": c.id, "name": c.name, "arguments": ""}}));
+                for part in parts {
+                    events.push(json!({"type": "response.function_call_arguments.delta",
+                        "item_id": item_id, "output_index": i, "delta": part}));
+                }
+            }
+        }
+        Provider::Anthropic => {
+            events.push(json!({"type": "message_start", "message": {"content": []}}));
+            for (i, (c, parts)) in calls.iter().zip(pieces).enumerate() {
+                events.push(json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}}));
+                for part in parts {
+                    events.push(json!({"type": "content_block_delta", "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": part}}));
+                }
+                events.push(json!({"type": "content_block_stop", "index": i}));
+            }
+            events.push(json!({"type": "message_stop"}));
+        }
+        Provider::Google => unreachable!("Gemini streams whole calls"),
+    }
+    sse(&events)
+}
+
+fn arb_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        "\\PC{0,8}".prop_map(Value::String),
+        any::<i32>().prop_map(|n| json!(n)),
+        any::<bool>().prop_map(|b| json!(b)),
+        prop::collection::vec("[a-zé😀\"\\\\ ]{0,4}", 0..3).prop_map(|v| json!(v)),
+    ]
+}
+
+fn arb_calls() -> impl Strategy<Value = Vec<ToolCall>> {
+    let args = prop::collection::btree_map("[a-z_]{1,6}", arb_leaf(), 0..4)
+        .prop_map(|m| Value::Object(m.into_iter().collect()));
+    let name = prop::sample::select(vec!["send_message", "github_create_issue", "list-channels"]);
+    prop::collection::vec((name, args), 1..4).prop_map(|calls| {
+        calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| call(&format!("id_{i}"), name, arguments))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn streams_reassemble_at_every_split(calls in arb_calls()) {
+        let texts: Vec<String> =
+            calls.iter().map(|c| serde_json::to_string(&c.arguments).unwrap()).collect();
+        let longest = texts.iter().map(String::len).max().unwrap_or(0);
+        for provider in [Provider::OpenaiCompletions, Provider::OpenaiResponses, Provider::Anthropic] {
+            // Two pieces cut at every byte position (floored to a char boundary: deltas are
+            // JSON strings), including the empty first and last piece.
+            for at in 0..=longest {
+                let pieces: Vec<Vec<String>> = texts
+                    .iter()
+                    .map(|t| {
+                        let cut = char_floor(t, at);
+                        vec![t[..cut].to_string(), t[cut..].to_string()]
+                    })
+                    .collect();
+                let assembled = assemble(provider, &render_stream(provider, &calls, &pieces));
+                prop_assert_eq!(assembled.as_ref(), Ok(&calls), "{} cut at {}", provider, at);
+            }
+            // And one char per delta.
+            let pieces: Vec<Vec<String>> = texts
+                .iter()
+                .map(|t| t.chars().map(String::from).collect())
+                .collect();
+            let assembled = assemble(provider, &render_stream(provider, &calls, &pieces));
+            prop_assert_eq!(assembled.as_ref(), Ok(&calls), "{} char by char", provider);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// wire names
+// ---------------------------------------------------------------------------------------
+
+fn long_name() -> String {
+    format!("mcp:notion:{}", "search_pages_".repeat(7)) + "x"
+}
+
+#[test]
+fn wire_names_project_and_map_back() {
+    let long = long_name();
+    assert_eq!(long.len(), 103);
+    let names = [
+        "github.create_issue",
+        "mcp:notion/search",
+        "9lives",
+        "café",
+        long.as_str(),
+        "plain_name",
+    ];
+    let openai = WireNames::from_names(Provider::OpenaiCompletions, names);
+    assert_eq!(
+        openai.wire_name("github.create_issue"),
+        "github_create_issue"
+    );
+    assert_eq!(openai.wire_name("mcp:notion/search"), "mcp_notion_search");
+    assert_eq!(openai.wire_name("9lives"), "9lives");
+    assert_eq!(openai.wire_name("café"), "caf_");
+    assert_eq!(openai.wire_name("plain_name"), "plain_name");
+    let google = WireNames::from_names(Provider::Google, names);
+    assert_eq!(
+        google.wire_name("github.create_issue"),
+        "github.create_issue"
+    );
+    assert_eq!(google.wire_name("mcp:notion/search"), "mcp:notion_search");
+    assert_eq!(google.wire_name("9lives"), "_9lives");
+    for (provider, wire) in [
+        (Provider::OpenaiCompletions, &openai),
+        (Provider::Google, &google),
+    ] {
+        let cut = wire.wire_name(&long);
+        assert_eq!(cut.len(), MAX_WIRE_NAME, "{cut}");
+        assert!(WireNames::is_allowed(provider, cut), "{cut}");
+        for name in names {
+            let w = wire.wire_name(name);
+            assert!(WireNames::is_allowed(provider, w), "{provider}: {w}");
+            assert_eq!(wire.original(w), Some(name), "{provider}: {w}");
+        }
+    }
+    assert_eq!(openai.original("never_declared"), None);
+    // A name outside the list passes through unchanged.
+    assert_eq!(openai.wire_name("not.listed"), "not.listed");
+}
+
+#[test]
+fn wire_names_are_stable_and_collision_free() {
+    let long = long_name();
+    let long_twin = format!("{long}y");
+    let names = vec![
+        "a.b",
+        "a_b",
+        "a:b",
+        "a/b",
+        long.as_str(),
+        long_twin.as_str(),
+        "",
+    ];
+    let mut reversed = names.clone();
+    reversed.reverse();
+    let one = WireNames::from_names(Provider::Anthropic, names.iter().copied());
+    let two = WireNames::from_names(Provider::Anthropic, reversed.iter().copied());
+    assert_eq!(one, two, "independent of order");
+    assert_eq!(
+        one.wire_name("a_b"),
+        "a_b",
+        "an accepted name is never moved"
+    );
+    let wires: std::collections::HashSet<&str> = names.iter().map(|n| one.wire_name(n)).collect();
+    assert_eq!(wires.len(), names.len(), "{wires:?}");
+    for name in &names {
+        let w = one.wire_name(name);
+        assert!(WireNames::is_allowed(Provider::Anthropic, w), "{w}");
+        assert_eq!(one.original(w), Some(*name));
+    }
+    assert!(one.wire_name("").starts_with("tool_"));
+    // Same name, same projection, whatever else is in the list (absent a collision).
+    let alone = WireNames::from_names(Provider::Anthropic, [long.as_str()]);
+    assert_eq!(alone.wire_name(&long), one.wire_name(&long));
+    assert_eq!(one.renamed(), 6);
+}
+
+#[test]
+fn request_bodies_use_wire_names() {
+    let tools = [
+        tool("mcp:notion/search", json!({"type": "object"})),
+        tool(&long_name(), json!({"type": "object"})),
+    ];
+    for provider in Provider::ALL {
+        let names = WireNames::new(provider, &tools);
+        let body = serde_json::to_string(&request_body(provider, &request(&tools))).unwrap();
+        for t in &tools {
+            let wire = names.wire_name(&t.name);
+            assert_ne!(wire, t.name, "{provider}");
+            assert!(
+                body.contains(&format!("\"name\":\"{wire}\"")),
+                "{provider}: {body}"
+            );
+            let back = call("c", wire, json!({})).with_original_names(&names);
+            assert_eq!(back.name, t.name);
+        }
+    }
+    // An unknown name comes back unchanged, for the dispatcher to answer.
+    let names = WireNames::new(Provider::OpenaiCompletions, &tools);
+    assert_eq!(
+        call("c", "invented", json!({}))
+            .with_original_names(&names)
+            .name,
+        "invented"
+    );
+}
+
+proptest! {
+    #[test]
+    fn wire_names_always_allowed_distinct_and_reversible(
+        names in prop::collection::vec("[a-z.:/_ -]{0,80}|\\PC{0,70}", 1..12)
+    ) {
+        for provider in Provider::ALL {
+            let wire = WireNames::from_names(provider, names.iter().map(String::as_str));
+            let mut seen = std::collections::HashMap::new();
+            for name in &names {
+                let w = wire.wire_name(name);
+                prop_assert!(WireNames::is_allowed(provider, w), "{} {:?} -> {:?}", provider, name, w);
+                prop_assert_eq!(wire.original(w), Some(name.as_str()));
+                if let Some(other) = seen.insert(w.to_string(), name.clone()) {
+                    prop_assert_eq!(&other, name, "two names share {}", w);
+                }
+            }
+        }
+    }
+}
