@@ -95,6 +95,16 @@ pub enum Error {
         second: String,
     },
 
+    /// The model provider failed (unreachable, an error status, an answer that is not one).
+    #[error("model provider: {0}")]
+    Provider(String),
+
+    /// The model kept asking for tools past the turn's round limit.
+    #[error(
+        "the model asked for tools in {0} rounds without finishing its answer (the round limit)"
+    )]
+    RoundLimit(usize),
+
     /// A request is malformed or exceeds a limit (too many batch queries, a query too long).
     #[error("{0}")]
     InvalidRequest(String),
@@ -146,6 +156,8 @@ impl Error {
             Error::BadSchema { .. } => "bad-schema",
             Error::Unavailable(_) => "unavailable",
             Error::NameCollision { .. } => "name-collision",
+            Error::Provider(_) => "provider-error",
+            Error::RoundLimit(_) => "round-limit",
             Error::InvalidRequest(_) => "invalid-request",
             Error::Usage(_) => "usage",
             Error::Index(_) => "index",
@@ -161,7 +173,9 @@ impl Error {
             | Error::UnavailableTool { .. }
             | Error::InvalidArguments { .. }
             | Error::BadSchema { .. }
-            | Error::Unavailable(_) => 1,
+            | Error::Unavailable(_)
+            | Error::Provider(_)
+            | Error::RoundLimit(_) => 1,
             Error::BadCatalog { .. }
             | Error::BadConfig { .. }
             | Error::BadDataset { .. }

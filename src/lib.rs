@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod error;
 pub mod eval;
 pub mod executors;
+pub mod gateway;
 pub mod policy;
 pub mod provider;
 pub mod report;

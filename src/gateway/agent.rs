@@ -1,0 +1,466 @@
+//! The agent loop (SPEC section 11): send the surface and the conversation to the model,
+//! run the tool calls it asks for, append the results, ask again — until the model answers
+//! without tool calls, every result of a batch says terminate, a hook asks to stop after the
+//! batch, the turn is aborted, or the round limit is reached.
+//!
+//! Each tool call is resolved by name: the surface's control tools (`tool_search_code`,
+//! `tool_search`, `tool_describe`, `tool_call`), then the catalog tools the surface
+//! declared, then (directory mode) the deferred resolver for a hidden tool named exactly,
+//! else a "tool not found" result the model reads. Whatever runs goes through the one
+//! dispatch path. A batch runs in parallel unless a tool in it is `sequential`; then the
+//! whole batch runs in order.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{BatchQuery, ExecutionMode};
+use crate::config::Mode;
+use crate::dispatch::{CallRequest, Dispatcher};
+use crate::error::Error;
+use crate::provider::{ToolCall, ToolSpec};
+use crate::sandbox::Sandbox;
+use crate::surface::{self, Surface};
+
+/// Rounds of tool calls one turn may take, by default.
+pub const DEFAULT_MAX_ROUNDS: usize = 16;
+
+/// One message of the conversation, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    User {
+        content: String,
+    },
+    Assistant {
+        content: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// What the model is sent each round.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    pub system: String,
+    pub tools: Vec<ToolSpec>,
+    pub messages: Vec<Message>,
+}
+
+/// What the model answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelReply {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+pub type ModelFuture<'a> = Pin<Box<dyn Future<Output = Result<ModelReply, String>> + Send + 'a>>;
+
+/// A model: a provider client, the mock provider, or a script in tests.
+pub trait Model: Send + Sync {
+    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a>;
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stop {
+    /// The model answered without tool calls.
+    Answered,
+    /// Every result of the last batch said terminate.
+    Terminated,
+    /// An after hook asked to stop after the batch.
+    StopAfterBatch,
+    Aborted,
+}
+
+/// One tool call the loop made, for the session log and QA.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    pub round: usize,
+    pub name: String,
+    /// The catalog tool that ran, when one did.
+    pub tool_id: Option<String>,
+    pub is_error: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnOutcome {
+    pub text: String,
+    pub stop: Stop,
+    pub rounds: usize,
+    pub calls: Vec<CallRecord>,
+    pub messages: Vec<Message>,
+}
+
+/// Runs turns for one session against one surface.
+pub struct Agent {
+    dispatcher: Arc<Dispatcher>,
+    surface: Surface,
+    /// Declared catalog tool name -> id (the first entry of that name, as the surface
+    /// declared it).
+    declared: HashMap<String, String>,
+    sandbox: Option<Arc<Sandbox>>,
+    code_timeout: Duration,
+    max_rounds: usize,
+    turn: std::sync::atomic::AtomicU64,
+}
+
+/// The result of one tool call, as the model will read it.
+struct Outcome {
+    text: String,
+    is_error: bool,
+    terminate: bool,
+    stop_after_batch: bool,
+    tool_id: Option<String>,
+}
+
+impl Outcome {
+    fn error(text: String) -> Self {
+        Outcome {
+            text,
+            is_error: true,
+            terminate: false,
+            stop_after_batch: false,
+            tool_id: None,
+        }
+    }
+
+    fn json(value: &impl Serialize, is_error: bool) -> Self {
+        Outcome {
+            text: serde_json::to_string(value).unwrap_or_else(|_| "null".into()),
+            is_error,
+            terminate: false,
+            stop_after_batch: false,
+            tool_id: None,
+        }
+    }
+}
+
+impl Agent {
+    pub fn new(
+        dispatcher: Arc<Dispatcher>,
+        surface: Surface,
+        sandbox: Option<Arc<Sandbox>>,
+        code_timeout: Duration,
+        max_rounds: usize,
+    ) -> Self {
+        let catalog = dispatcher.catalog();
+        let mut declared = HashMap::new();
+        for t in &surface.tools {
+            if surface::is_control(&t.name) {
+                continue;
+            }
+            if let Some(e) = catalog
+                .cataloged()
+                .iter()
+                .chain(catalog.direct_only())
+                .find(|e| e.descriptor.name == t.name)
+            {
+                declared.insert(t.name.clone(), e.id.clone());
+            }
+        }
+        Agent {
+            dispatcher,
+            surface,
+            declared,
+            sandbox,
+            code_timeout,
+            max_rounds,
+            turn: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    pub fn surface(&self) -> &Surface {
+        &self.surface
+    }
+
+    /// Runs one turn: `prompt` and `history` to the model, tool calls until it is done.
+    pub async fn run_turn(
+        self: &Arc<Self>,
+        model: &dyn Model,
+        system: &str,
+        history: Vec<Message>,
+        prompt: &str,
+        abort: CancellationToken,
+    ) -> Result<TurnOutcome, Error> {
+        let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut messages = history;
+        messages.push(Message::User {
+            content: prompt.to_string(),
+        });
+        let mut calls = Vec::new();
+        for round in 1..=self.max_rounds {
+            if abort.is_cancelled() {
+                return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+            }
+            let request = ModelRequest {
+                system: system.to_string(),
+                tools: self.surface.tools.clone(),
+                messages: messages.clone(),
+            };
+            let reply = tokio::select! {
+                r = model.respond(&request) => r.map_err(Error::Provider)?,
+                _ = abort.cancelled() => {
+                    return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+                }
+            };
+            messages.push(Message::Assistant {
+                content: reply.text.clone(),
+                tool_calls: reply.tool_calls.clone(),
+            });
+            if reply.tool_calls.is_empty() {
+                return Ok(self.finish(reply.text, Stop::Answered, round, calls, messages));
+            }
+            let outcomes = self
+                .run_batch(&reply.tool_calls, &format!("turn{turn}-r{round}"), &abort)
+                .await;
+            let all_terminate = outcomes.iter().all(|o| o.terminate);
+            let stop_after = outcomes.iter().any(|o| o.stop_after_batch);
+            for (call, o) in reply.tool_calls.iter().zip(outcomes) {
+                calls.push(CallRecord {
+                    round,
+                    name: call.name.clone(),
+                    tool_id: o.tool_id,
+                    is_error: o.is_error,
+                });
+                messages.push(Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: o.text,
+                    is_error: o.is_error,
+                });
+            }
+            if abort.is_cancelled() {
+                return Ok(self.finish(reply.text, Stop::Aborted, round, calls, messages));
+            }
+            if all_terminate {
+                return Ok(self.finish(reply.text, Stop::Terminated, round, calls, messages));
+            }
+            if stop_after {
+                return Ok(self.finish(reply.text, Stop::StopAfterBatch, round, calls, messages));
+            }
+        }
+        Err(Error::RoundLimit(self.max_rounds))
+    }
+
+    fn finish(
+        &self,
+        text: String,
+        stop: Stop,
+        rounds: usize,
+        calls: Vec<CallRecord>,
+        messages: Vec<Message>,
+    ) -> TurnOutcome {
+        self.dispatcher.log().event(
+            "turn",
+            json!({"stop": stop, "rounds": rounds, "calls": calls}),
+        );
+        TurnOutcome {
+            text,
+            stop,
+            rounds,
+            calls,
+            messages,
+        }
+    }
+
+    /// Runs one batch: in parallel, unless any tool in it is sequential.
+    async fn run_batch(
+        self: &Arc<Self>,
+        calls: &[ToolCall],
+        batch_id: &str,
+        abort: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let sequential = calls
+            .iter()
+            .any(|c| self.execution_mode(&c.name) == ExecutionMode::Sequential);
+        if sequential {
+            let mut out = Vec::with_capacity(calls.len());
+            for (i, c) in calls.iter().enumerate() {
+                out.push(
+                    self.run_one(c, &format!("{batch_id}-{i}"), abort.clone())
+                        .await,
+                );
+            }
+            return out;
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for (i, c) in calls.iter().enumerate() {
+            let agent = Arc::clone(self);
+            let call = c.clone();
+            let id = format!("{batch_id}-{i}");
+            let abort = abort.clone();
+            set.spawn(async move { (i, agent.run_one(&call, &id, abort).await) });
+        }
+        let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
+        while let Some(done) = set.join_next().await {
+            if let Ok((i, o)) = done {
+                out[i] = Some(o);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Outcome::error("the tool call task failed".into())))
+            .collect()
+    }
+
+    fn execution_mode(&self, name: &str) -> ExecutionMode {
+        let catalog = self.dispatcher.catalog();
+        let id = self.declared.get(name).cloned().or_else(|| {
+            (self.surface.mode == Mode::Directory)
+                .then(|| {
+                    surface::deferred(catalog, name)
+                        .ok()
+                        .flatten()
+                        .map(|e| e.id.clone())
+                })
+                .flatten()
+        });
+        id.and_then(|id| catalog.resolve(&id).ok())
+            .map(|e| e.descriptor.execution_mode)
+            .unwrap_or_default()
+    }
+
+    async fn run_one(&self, call: &ToolCall, run_id: &str, abort: CancellationToken) -> Outcome {
+        let d = &self.dispatcher;
+        let declared_control = self.surface.tools.iter().any(|t| t.name == call.name);
+        match call.name.as_str() {
+            surface::TOOL_SEARCH_CODE if declared_control => {
+                let code = call
+                    .arguments
+                    .get("code")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let Some(sandbox) = &self.sandbox else {
+                    return Outcome::error(
+                        "tool_search_code is unavailable: no sandbox in this host".into(),
+                    );
+                };
+                let result =
+                    crate::code::run(sandbox, Arc::clone(d), code, self.code_timeout, run_id).await;
+                let ok = result.is_ok();
+                Outcome::json(&result, !ok)
+            }
+            surface::TOOL_SEARCH if declared_control => match search_args(&call.arguments) {
+                Ok(SearchArgs::One(q, limit)) => match d.search(&q, limit) {
+                    Ok(hits) => Outcome::json(&hits, false),
+                    Err(e) => Outcome::error(e.to_string()),
+                },
+                Ok(SearchArgs::Batch(qs)) => match d.search_batch(&qs) {
+                    Ok(r) => Outcome::json(&r, false),
+                    Err(e) => Outcome::error(e.to_string()),
+                },
+                Err(e) => Outcome::error(e),
+            },
+            surface::TOOL_DESCRIBE if declared_control => {
+                let id = call
+                    .arguments
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match d.describe(id, "tool_call") {
+                    Ok(desc) => Outcome::json(&desc, false),
+                    Err(e) => Outcome::error(e.to_string()),
+                }
+            }
+            surface::TOOL_CALL if declared_control => match d.tool_call_input(&call.arguments) {
+                Ok((id, args)) => self.dispatch(&id, args, "tool_call", abort).await,
+                Err(e) => Outcome::error(e.to_string()),
+            },
+            name => {
+                if let Some(id) = self.declared.get(name) {
+                    let caller = if self.surface.mode == Mode::Direct {
+                        "direct"
+                    } else {
+                        "tool_call"
+                    };
+                    return self
+                        .dispatch(&id.clone(), call.arguments.clone(), caller, abort)
+                        .await;
+                }
+                if self.surface.mode == Mode::Directory {
+                    match surface::deferred(d.catalog(), name) {
+                        Ok(Some(e)) => {
+                            let id = e.id.clone();
+                            return self
+                                .dispatch(&id, call.arguments.clone(), "directory", abort)
+                                .await;
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Outcome::error(e.to_string()),
+                    }
+                }
+                Outcome::error(format!(
+                    "Tool not found: `{name}`. {}.",
+                    crate::texts::recovery_hint(if self.surface.mode == Mode::Code {
+                        "code"
+                    } else {
+                        "tool_call"
+                    })
+                ))
+            }
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        id: &str,
+        args: Value,
+        caller: &'static str,
+        abort: CancellationToken,
+    ) -> Outcome {
+        let mut request = CallRequest::new(id, args, caller);
+        request.cancel = abort;
+        match self.dispatcher.call(request).await {
+            Ok(envelope) => Outcome {
+                terminate: envelope
+                    .result
+                    .details
+                    .get("terminate")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                stop_after_batch: envelope.stop_after_batch,
+                is_error: envelope.result.is_error,
+                tool_id: Some(envelope.tool.id.clone()),
+                text: serde_json::to_string(
+                    &json!({"tool": envelope.tool, "result": envelope.result}),
+                )
+                .unwrap_or_default(),
+            },
+            Err(e) => Outcome::error(e.to_string()),
+        }
+    }
+}
+
+enum SearchArgs {
+    One(String, Option<usize>),
+    Batch(Vec<BatchQuery>),
+}
+
+/// `tool_search`'s arguments: `{query, limit?}` or `{queries: [{query, limit?}]}`.
+fn search_args(args: &Value) -> Result<SearchArgs, String> {
+    let limit = |v: Option<&Value>| v.and_then(Value::as_u64).map(|n| n as usize);
+    if let Some(qs) = args.get("queries") {
+        let queries: Vec<BatchQuery> = serde_json::from_value(qs.clone())
+            .map_err(|e| format!("tool_search: `queries` must be [{{query, limit?}}]: {e}"))?;
+        return Ok(SearchArgs::Batch(queries));
+    }
+    match args.get("query").and_then(Value::as_str) {
+        Some(q) => Ok(SearchArgs::One(q.to_string(), limit(args.get("limit")))),
+        None => Err("tool_search needs `query` (a string) or `queries` (a list)".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

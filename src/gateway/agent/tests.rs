@@ -1,0 +1,400 @@
+//! Agent-loop rules with a scripted model and in-process executors and hooks.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::json;
+
+use super::*;
+use crate::catalog::{CatalogMode, ExecutorSpec, Facts, Schema, Source, ToolDescriptor};
+use crate::config::Config;
+use crate::dispatch::DispatcherBuilder;
+use crate::executors::{ExecCall, ExecFuture, Executor, Executors, ToolOutput};
+use crate::policy::hooks::{AfterChange, AfterToolCall, HookEvent, HookFuture};
+
+/// Replies from a script, recording what it was sent.
+struct Script {
+    replies: Mutex<VecDeque<ModelReply>>,
+    seen: Mutex<Vec<ModelRequest>>,
+    /// Once the script is empty, keep calling this tool (round-limit test).
+    forever: Option<String>,
+    abort_on_call: Option<CancellationToken>,
+}
+
+impl Script {
+    fn new(replies: Vec<ModelReply>) -> Self {
+        Script {
+            replies: Mutex::new(replies.into()),
+            seen: Mutex::new(Vec::new()),
+            forever: None,
+            abort_on_call: None,
+        }
+    }
+}
+
+impl Model for Script {
+    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a> {
+        Box::pin(async move {
+            self.seen.lock().unwrap().push(request.clone());
+            if let Some(t) = &self.abort_on_call {
+                t.cancel();
+            }
+            if let Some(r) = self.replies.lock().unwrap().pop_front() {
+                return Ok(r);
+            }
+            match &self.forever {
+                Some(name) => Ok(calls(&[(name, json!({"title": "again"}))])),
+                None => Ok(ModelReply {
+                    text: "done".into(),
+                    tool_calls: vec![],
+                }),
+            }
+        })
+    }
+}
+
+fn calls(list: &[(&str, Value)]) -> ModelReply {
+    ModelReply {
+        text: String::new(),
+        tool_calls: list
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| ToolCall {
+                id: format!("call_{}", i + 1),
+                name: name.to_string(),
+                arguments: args.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A client executor that records how many of its calls run at once.
+#[derive(Default)]
+struct Gauge {
+    active: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Executor for Gauge {
+    fn run<'a>(&'a self, call: ExecCall<'a>) -> ExecFuture<'a> {
+        Box::pin(async move {
+            let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            ToolOutput {
+                text: format!("{} ran", call.entry.descriptor.name),
+                details: json!({}),
+                is_error: false,
+            }
+        })
+    }
+}
+
+struct StopHook;
+
+impl AfterToolCall for StopHook {
+    fn name(&self) -> &str {
+        "stopper"
+    }
+    fn after<'a>(&'a self, event: &'a HookEvent) -> HookFuture<'a, AfterChange> {
+        Box::pin(async move {
+            Ok(AfterChange {
+                stop_after_batch: event.name == "stopper",
+                ..Default::default()
+            })
+        })
+    }
+}
+
+fn tool(name: &str, executor: ExecutorSpec, mode: ExecutionMode) -> ToolDescriptor {
+    ToolDescriptor {
+        name: name.into(),
+        description: format!("{name}: a test tool"),
+        input_schema: Schema::from_value(
+            &json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+        ),
+        output_schema: None,
+        label: None,
+        source: if matches!(executor, ExecutorSpec::Client) {
+            Source::Client
+        } else {
+            Source::Openclaw
+        },
+        source_name: if matches!(executor, ExecutorSpec::Client) {
+            "client".into()
+        } else {
+            "core".into()
+        },
+        catalog_mode: CatalogMode::Catalog,
+        availability: None,
+        executor: Some(executor),
+        tags: vec![],
+        sort_key: None,
+        execution_mode: mode,
+        origin: "test".into(),
+    }
+}
+
+fn fixture(text: &str, details: Option<Value>) -> ExecutorSpec {
+    ExecutorSpec::Fixture {
+        text: text.into(),
+        details,
+    }
+}
+
+fn agent(mode: Mode) -> (Arc<Agent>, Arc<Gauge>) {
+    let config = Config::from_toml_str(
+        "[[approvals]]\ntools = [\"delete_all\"]\n",
+        "t.toml".as_ref(),
+    )
+    .unwrap();
+    let tools = vec![
+        tool(
+            "create_issue",
+            fixture("FAKE_PLUGIN_OK {name} {input}", None),
+            ExecutionMode::Parallel,
+        ),
+        tool(
+            "delete_all",
+            fixture("deleted", None),
+            ExecutionMode::Parallel,
+        ),
+        tool(
+            "finish",
+            fixture("finished", Some(json!({"terminate": true}))),
+            ExecutionMode::Parallel,
+        ),
+        tool(
+            "stopper",
+            fixture("stop here", None),
+            ExecutionMode::Parallel,
+        ),
+        tool("slow", ExecutorSpec::Client, ExecutionMode::Parallel),
+        tool("serial", ExecutorSpec::Client, ExecutionMode::Sequential),
+    ];
+    let catalog = Arc::new(
+        crate::Catalog::build(
+            tools,
+            &Facts {
+                config: &config,
+                env: &|_| None,
+            },
+        )
+        .unwrap(),
+    );
+    let gauge = Arc::new(Gauge::default());
+    let dispatcher = Arc::new(
+        DispatcherBuilder::new(Arc::clone(&catalog))
+            .config(&config)
+            .unwrap()
+            .after_hook(Arc::new(StopHook))
+            .executors(Executors {
+                mcp: None,
+                client: Some(gauge.clone() as Arc<dyn Executor>),
+            })
+            .build(),
+    );
+    let options = surface::Options {
+        mode,
+        code_available: Err("not in unit tests".into()),
+        prompt: "",
+        context_window: None,
+        likely: 0,
+        required: &[],
+        code_timeout_ms: 10_000,
+    };
+    let s = surface::build(&catalog, &options).unwrap();
+    (
+        Arc::new(Agent::new(dispatcher, s, None, Duration::from_secs(10), 4)),
+        gauge,
+    )
+}
+
+async fn turn(agent: &Arc<Agent>, model: &Script) -> Result<TurnOutcome, Error> {
+    agent
+        .run_turn(model, "system", vec![], "do it", CancellationToken::new())
+        .await
+}
+
+fn tool_messages(o: &TurnOutcome) -> Vec<(&str, &str, bool)> {
+    o.messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                name,
+                content,
+                is_error,
+                ..
+            } => Some((name.as_str(), content.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn direct_calls_run_and_the_model_gets_the_results() {
+    let (a, _) = agent(Mode::Direct);
+    let script = Script::new(vec![calls(&[("create_issue", json!({"title": "Crash"}))])]);
+    let o = turn(&a, &script).await.unwrap();
+    assert_eq!(o.stop, Stop::Answered);
+    assert_eq!(o.rounds, 2);
+    assert_eq!(o.text, "done");
+    assert_eq!(
+        o.calls[0].tool_id.as_deref(),
+        Some("openclaw:core:create_issue")
+    );
+    let msgs = tool_messages(&o);
+    assert!(
+        msgs[0]
+            .1
+            .contains(r#"FAKE_PLUGIN_OK create_issue {\"title\":\"Crash\"}"#),
+        "{}",
+        msgs[0].1
+    );
+    // The second request carried the tool result back.
+    let seen = script.seen.lock().unwrap();
+    assert!(matches!(
+        seen[1].messages.last(),
+        Some(Message::Tool { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_in_parallel_unless_a_tool_is_sequential() {
+    let (a, gauge) = agent(Mode::Direct);
+    let three = calls(&[
+        ("slow", json!({})),
+        ("slow", json!({})),
+        ("slow", json!({})),
+    ]);
+    turn(&a, &Script::new(vec![three])).await.unwrap();
+    assert_eq!(gauge.max.load(Ordering::SeqCst), 3);
+
+    let (a, gauge) = agent(Mode::Direct);
+    let mixed = calls(&[
+        ("slow", json!({})),
+        ("serial", json!({})),
+        ("slow", json!({})),
+    ]);
+    let o = turn(&a, &Script::new(vec![mixed])).await.unwrap();
+    assert_eq!(gauge.max.load(Ordering::SeqCst), 1);
+    // Results stay in call order.
+    let names: Vec<&str> = tool_messages(&o).iter().map(|m| m.0).collect();
+    assert_eq!(names, ["slow", "serial", "slow"]);
+}
+
+#[tokio::test]
+async fn blocked_and_unknown_calls_become_error_results() {
+    let (a, _) = agent(Mode::Direct);
+    let script = Script::new(vec![calls(&[
+        ("delete_all", json!({})),
+        ("nope", json!({})),
+    ])]);
+    let o = turn(&a, &script).await.unwrap();
+    let msgs = tool_messages(&o);
+    assert!(
+        msgs[0].2 && msgs[0].1.contains("blocked: "),
+        "{}",
+        msgs[0].1
+    );
+    assert!(
+        msgs[1].2 && msgs[1].1.starts_with("Tool not found: `nope`"),
+        "{}",
+        msgs[1].1
+    );
+    assert_eq!(o.stop, Stop::Answered);
+}
+
+#[tokio::test]
+async fn terminate_stop_after_batch_abort_and_the_round_limit() {
+    let (a, _) = agent(Mode::Direct);
+    let o = turn(&a, &Script::new(vec![calls(&[("finish", json!({}))])]))
+        .await
+        .unwrap();
+    assert_eq!((o.stop, o.rounds), (Stop::Terminated, 1));
+    // Not every result terminates: the loop goes on.
+    let o = turn(
+        &a,
+        &Script::new(vec![calls(&[
+            ("finish", json!({})),
+            ("create_issue", json!({})),
+        ])]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(o.stop, Stop::Answered);
+
+    let o = turn(&a, &Script::new(vec![calls(&[("stopper", json!({}))])]))
+        .await
+        .unwrap();
+    assert_eq!(o.stop, Stop::StopAfterBatch);
+
+    let abort = CancellationToken::new();
+    let mut script = Script::new(vec![calls(&[("create_issue", json!({}))])]);
+    script.abort_on_call = Some(abort.clone());
+    let o = a.run_turn(&script, "s", vec![], "p", abort).await.unwrap();
+    assert_eq!(o.stop, Stop::Aborted);
+
+    let mut forever = Script::new(vec![]);
+    forever.forever = Some("create_issue".into());
+    let e = turn(&a, &forever).await.unwrap_err();
+    assert_eq!(e.code(), "round-limit");
+    assert!(e.to_string().contains("4 rounds"), "{e}");
+}
+
+#[tokio::test]
+async fn tools_mode_searches_then_calls_through_the_structured_tools() {
+    let (a, _) = agent(Mode::Tools);
+    let script = Script::new(vec![
+        calls(&[(
+            "tool_search",
+            json!({"queries": [{"query": "create issue"}, {"query": "finish"}]}),
+        )]),
+        calls(&[(
+            "tool_call",
+            json!({"id": "create_issue", "args": {"title": "x"}}),
+        )]),
+        calls(&[("tool_call", json!({"id": "create_issue", "title": "flat"}))]),
+    ]);
+    let o = turn(&a, &script).await.unwrap();
+    let msgs = tool_messages(&o);
+    assert!(
+        msgs[0].1.contains("openclaw:core:create_issue"),
+        "{}",
+        msgs[0].1
+    );
+    assert!(msgs[1].1.contains("FAKE_PLUGIN_OK"), "{}", msgs[1].1);
+    assert!(msgs[2].1.contains("flat"), "{}", msgs[2].1);
+    // A catalog tool not declared in tools mode is not callable by name.
+    let (a, _) = agent(Mode::Tools);
+    let o = turn(
+        &a,
+        &Script::new(vec![calls(&[("create_issue", json!({}))])]),
+    )
+    .await
+    .unwrap();
+    assert!(tool_messages(&o)[0].1.starts_with("Tool not found"));
+}
+
+#[tokio::test]
+async fn directory_mode_loads_a_hidden_tool_named_exactly() {
+    let (a, _) = agent(Mode::Directory);
+    let script = Script::new(vec![calls(&[
+        ("create_issue", json!({"title": "x"})),
+        ("create_iss", json!({})),
+    ])]);
+    let o = turn(&a, &script).await.unwrap();
+    let msgs = tool_messages(&o);
+    assert!(
+        !msgs[0].2 && msgs[0].1.contains("FAKE_PLUGIN_OK"),
+        "{}",
+        msgs[0].1
+    );
+    assert!(
+        msgs[1].2 && msgs[1].1.starts_with("Tool not found"),
+        "{}",
+        msgs[1].1
+    );
+}
