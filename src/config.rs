@@ -203,6 +203,67 @@ pub struct CatalogConfig {
     pub paths: Vec<PathBuf>,
 }
 
+/// `[provider]`: the model the gateway talks to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// `openai-responses` or `openai-completions`.
+    #[serde(default = "default_provider_kind")]
+    pub kind: String,
+    /// Any compatible base URL (default: the mock provider's default address).
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    /// The environment variable holding the API key (never logged).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_model")]
+    pub model: String,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default = "default_provider_timeout")]
+    pub timeout_ms: u64,
+    /// Retries on 429 and 5xx, with backoff.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// Rounds of tool calls one turn may take.
+    #[serde(default = "default_max_rounds")]
+    pub max_rounds: usize,
+}
+
+fn default_provider_kind() -> String {
+    "openai-responses".into()
+}
+fn default_base_url() -> String {
+    "http://127.0.0.1:8787/v1".into()
+}
+fn default_model() -> String {
+    "toolsearch-model".into()
+}
+fn default_provider_timeout() -> u64 {
+    60_000
+}
+fn default_retries() -> u32 {
+    3
+}
+fn default_max_rounds() -> usize {
+    16
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: default_provider_kind(),
+            base_url: default_base_url(),
+            api_key_env: None,
+            model: default_model(),
+            stream: false,
+            timeout_ms: default_provider_timeout(),
+            max_retries: default_retries(),
+            max_rounds: default_max_rounds(),
+        }
+    }
+}
+
 /// `[sandbox]`: the code-mode child.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -325,6 +386,8 @@ struct RawConfig {
     sandbox: SandboxConfig,
     #[serde(default)]
     surface: SurfaceConfig,
+    #[serde(default)]
+    provider: ProviderConfig,
 }
 
 /// `[tools]` after validation.
@@ -355,6 +418,7 @@ pub struct Config {
     pub hooks: HooksConfig,
     pub sandbox: SandboxConfig,
     pub surface: SurfaceConfig,
+    pub provider: ProviderConfig,
 }
 
 impl Default for Config {
@@ -378,6 +442,7 @@ impl Default for Config {
             hooks: HooksConfig::default(),
             sandbox: SandboxConfig::default(),
             surface: SurfaceConfig::default(),
+            provider: ProviderConfig::default(),
         }
     }
 }
@@ -516,6 +581,7 @@ impl Config {
                 ..raw.sandbox
             },
             surface: raw.surface,
+            provider: raw.provider,
         })
     }
 

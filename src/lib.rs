@@ -19,6 +19,7 @@ pub mod executors;
 pub mod gateway;
 pub mod policy;
 pub mod provider;
+pub mod qa;
 pub mod report;
 pub mod sandbox;
 pub mod search;

@@ -47,6 +47,18 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Subcommand)]
+enum QaCheck {
+    /// Direct against tool search through the gateway and the mock provider.
+    ToolSearchGatewayE2e {
+        /// Fake plugin tools.
+        #[arg(long, default_value_t = 36)]
+        tools: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum CliMode {
     Code,
@@ -116,6 +128,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The HTTP gateway: POST /v1/responses runs one agent turn against [provider].
+    Gateway {
+        #[arg(long, default_value = "127.0.0.1:8788")]
+        listen: String,
+    },
+    /// A scripted OpenAI-compatible provider for QA that records every request.
+    MockProvider {
+        #[arg(long, default_value = "127.0.0.1:8787")]
+        listen: String,
+        /// A scenario file scripting conversations other than the QA prompt.
+        #[arg(long, value_name = "FILE")]
+        scenario: Option<PathBuf>,
+        /// Append every request body to this JSONL file.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+    },
+    /// End-to-end QA.
+    Qa {
+        #[command(subcommand)]
+        check: QaCheck,
+    },
     /// What this host gives the sandbox: Node, each OS barrier, a cold run, an escape probe.
     Doctor {
         #[arg(long)]
@@ -160,6 +193,10 @@ fn main() -> ExitCode {
         | Command::Doctor { json }
         | Command::Surface { json, .. }
         | Command::Eval { json, .. } => *json,
+        Command::Gateway { .. } | Command::MockProvider { .. } => false,
+        Command::Qa {
+            check: QaCheck::ToolSearchGatewayE2e { json, .. },
+        } => *json,
     };
     match run(cli) {
         Ok(code) => code,
@@ -197,6 +234,16 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+fn cli_mode(m: Option<CliMode>) -> Option<Mode> {
+    m.map(|m| match m {
+        CliMode::Code => Mode::Code,
+        CliMode::Tools => Mode::Tools,
+        CliMode::Directory => Mode::Directory,
+        CliMode::Direct => Mode::Direct,
+        CliMode::Auto => Mode::Auto,
+    })
+}
+
 /// The options every catalog command shares.
 struct Globals {
     config: Option<PathBuf>,
@@ -218,14 +265,8 @@ impl Globals {
     /// Loads the config, builds the catalog and opens the session (its log).
     fn load(&self, approve: &[String]) -> Result<Loaded, Error> {
         let config = Config::load(self.config.as_deref())?;
-        let mode = match self.mode {
-            Some(CliMode::Code) => Mode::Code,
-            Some(CliMode::Tools) => Mode::Tools,
-            Some(CliMode::Directory) => Mode::Directory,
-            Some(CliMode::Direct) => Mode::Direct,
-            Some(CliMode::Auto) => Mode::Auto,
-            None => config.mode_for(self.agent.as_deref(), None),
-        };
+        let mode =
+            cli_mode(self.mode).unwrap_or_else(|| config.mode_for(self.agent.as_deref(), None));
         let catalog = Arc::new(Catalog::load(&config, &self.catalogs)?);
         let state_dir = self
             .state_dir
@@ -469,6 +510,134 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 }));
             } else {
                 print_text(&report::surface(&planned));
+            }
+        }
+        Command::Gateway { listen } => {
+            let config = Config::load(globals.config.as_deref())?;
+            let mode = cli_mode(globals.mode).unwrap_or_else(|| {
+                config.mode_for(
+                    globals.agent.as_deref(),
+                    Some(config.provider.kind.as_str()),
+                )
+            });
+            let descriptors = toolsearch::catalog::load_descriptors(&config, &globals.catalogs)?;
+            let catalog = Arc::new(Catalog::build(
+                descriptors.clone(),
+                &toolsearch::catalog::Facts {
+                    config: &config,
+                    env: &toolsearch::catalog::Facts::process_env,
+                },
+            )?);
+            let provider = toolsearch::provider::Provider::parse(&config.provider.kind)?;
+            let model =
+                toolsearch::gateway::client::HttpModel::new(&config.provider).map_err(|e| {
+                    Error::BadConfig {
+                        file: config.file.clone().unwrap_or_else(|| "(defaults)".into()),
+                        message: e,
+                    }
+                })?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let (sandbox, code_unavailable) = if matches!(mode, Mode::Code | Mode::Auto) {
+                match Sandbox::new(
+                    config.sandbox.node.as_deref(),
+                    SandboxPolicy::default_policy()?,
+                    config.sandbox.strict,
+                ) {
+                    Ok(s) => (Some(Arc::new(s)), None),
+                    Err(e) => (None, Some(e.message)),
+                }
+            } else {
+                (None, None)
+            };
+            let state_dir = globals
+                .state_dir
+                .clone()
+                .unwrap_or_else(telemetry::default_state_dir);
+            let gateway = toolsearch::gateway::server::Gateway::new(
+                config,
+                descriptors,
+                catalog,
+                mode,
+                sandbox,
+                code_unavailable,
+                Arc::new(model),
+                provider,
+                state_dir,
+            );
+            runtime.block_on(async {
+                let listener = tokio::net::TcpListener::bind(&listen)
+                    .await
+                    .map_err(|e| Error::Usage(format!("cannot listen on {listen}: {e}")))?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+                print_text(&format!("listening on http://{addr}\n"));
+                gateway
+                    .serve(listener)
+                    .await
+                    .map_err(|e| Error::Usage(format!("gateway: {e}")))
+            })?;
+        }
+        Command::MockProvider {
+            listen,
+            scenario,
+            record,
+        } => {
+            use toolsearch::gateway::mock;
+            let scenario = scenario.as_deref().map(mock::Scenario::load).transpose()?;
+            let provider = mock::MockProvider::new(mock::MockOptions { scenario, record });
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            runtime.block_on(async {
+                let listener = tokio::net::TcpListener::bind(&listen)
+                    .await
+                    .map_err(|e| Error::Usage(format!("cannot listen on {listen}: {e}")))?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+                print_text(&format!("listening on http://{addr}\n"));
+                let stop = tokio_util::sync::CancellationToken::new();
+                let signal = stop.clone();
+                tokio::spawn(async move {
+                    let mut term = tokio::signal::unix::signal(
+                        tokio::signal::unix::SignalKind::terminate(),
+                    )
+                    .ok();
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                    }
+                    signal.cancel();
+                });
+                mock::serve(listener, provider, stop)
+                    .await
+                    .map_err(|e| Error::Usage(format!("mock provider: {e}")))
+            })?;
+        }
+        Command::Qa {
+            check: QaCheck::ToolSearchGatewayE2e { tools, json },
+        } => {
+            let bin = std::env::current_exe()
+                .map_err(|e| Error::Usage(format!("cannot find this program: {e}")))?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let report = runtime.block_on(toolsearch::qa::run(&bin, tools))?;
+            if json {
+                print_json(&report);
+            } else {
+                print_text(&toolsearch::qa::table(&report));
+            }
+            if !report.pass {
+                return Ok(ExitCode::from(1));
             }
         }
         Command::Doctor { json } => {

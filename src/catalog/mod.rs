@@ -197,20 +197,7 @@ impl Catalog {
 
     /// Loads the catalog paths (or the embedded demo when there are none) and builds.
     pub fn load(config: &Config, paths: &[std::path::PathBuf]) -> Result<Self> {
-        let paths: Vec<_> = if paths.is_empty() {
-            config.catalog.paths.clone()
-        } else {
-            paths.to_vec()
-        };
-        let descriptors = if paths.is_empty() {
-            embedded::demo_descriptors()?
-        } else {
-            let mut all = Vec::new();
-            for p in &paths {
-                all.extend(load::load_path(p)?);
-            }
-            all
-        };
+        let descriptors = load_descriptors(config, paths)?;
         Catalog::build(
             descriptors,
             &Facts {
@@ -443,6 +430,27 @@ impl Catalog {
     pub fn index(&self) -> &SearchIndex {
         &self.index
     }
+}
+
+/// The descriptors of `paths` (else the config's `[catalog] paths`, else the embedded
+/// demo), unplanned.
+pub fn load_descriptors(
+    config: &Config,
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<ToolDescriptor>> {
+    let paths: Vec<_> = if paths.is_empty() {
+        config.catalog.paths.clone()
+    } else {
+        paths.to_vec()
+    };
+    if paths.is_empty() {
+        return embedded::demo_descriptors();
+    }
+    let mut all = Vec::new();
+    for p in &paths {
+        all.extend(load::load_path(p)?);
+    }
+    Ok(all)
 }
 
 fn response_bytes(groups: &[BatchGroup]) -> usize {

@@ -83,6 +83,8 @@ pub enum Stop {
     /// An after hook asked to stop after the batch.
     StopAfterBatch,
     Aborted,
+    /// The model called client tools: they go back to the client to run.
+    ClientTools,
 }
 
 /// One tool call the loop made, for the session log and QA.
@@ -102,6 +104,8 @@ pub struct TurnOutcome {
     pub rounds: usize,
     pub calls: Vec<CallRecord>,
     pub messages: Vec<Message>,
+    /// Calls of client tools, for the client to run (with `Stop::ClientTools`).
+    pub pending: Vec<ToolCall>,
 }
 
 /// Runs turns for one session against one surface.
@@ -115,6 +119,8 @@ pub struct Agent {
     code_timeout: Duration,
     max_rounds: usize,
     turn: std::sync::atomic::AtomicU64,
+    /// Client tool calls go back to the client (the gateway) instead of to an executor.
+    client_passthrough: bool,
 }
 
 /// The result of one tool call, as the model will read it.
@@ -124,6 +130,8 @@ struct Outcome {
     terminate: bool,
     stop_after_batch: bool,
     tool_id: Option<String>,
+    /// A client tool: not run here, handed back to the client.
+    client: bool,
 }
 
 impl Outcome {
@@ -134,6 +142,7 @@ impl Outcome {
             terminate: false,
             stop_after_batch: false,
             tool_id: None,
+            client: false,
         }
     }
 
@@ -144,6 +153,7 @@ impl Outcome {
             terminate: false,
             stop_after_batch: false,
             tool_id: None,
+            client: false,
         }
     }
 }
@@ -179,7 +189,15 @@ impl Agent {
             code_timeout,
             max_rounds,
             turn: std::sync::atomic::AtomicU64::new(0),
+            client_passthrough: false,
         }
+    }
+
+    /// Hands client tool calls back to the caller (`Stop::ClientTools`) instead of running
+    /// them.
+    pub fn with_client_passthrough(mut self) -> Self {
+        self.client_passthrough = true;
+        self
     }
 
     pub fn surface(&self) -> &Surface {
@@ -228,7 +246,17 @@ impl Agent {
                 .await;
             let all_terminate = outcomes.iter().all(|o| o.terminate);
             let stop_after = outcomes.iter().any(|o| o.stop_after_batch);
+            let pending: Vec<ToolCall> = reply
+                .tool_calls
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| o.client)
+                .map(|(c, _)| c.clone())
+                .collect();
             for (call, o) in reply.tool_calls.iter().zip(outcomes) {
+                if o.client {
+                    continue;
+                }
                 calls.push(CallRecord {
                     round,
                     name: call.name.clone(),
@@ -241,6 +269,11 @@ impl Agent {
                     content: o.text,
                     is_error: o.is_error,
                 });
+            }
+            if !pending.is_empty() {
+                let mut out = self.finish(reply.text, Stop::ClientTools, round, calls, messages);
+                out.pending = pending;
+                return Ok(out);
             }
             if abort.is_cancelled() {
                 return Ok(self.finish(reply.text, Stop::Aborted, round, calls, messages));
@@ -273,6 +306,7 @@ impl Agent {
             rounds,
             calls,
             messages,
+            pending: Vec::new(),
         }
     }
 
@@ -380,6 +414,18 @@ impl Agent {
             },
             name => {
                 if let Some(id) = self.declared.get(name) {
+                    let client = d.catalog().resolve(id).is_ok_and(|e| {
+                        matches!(
+                            e.descriptor.executor,
+                            Some(crate::catalog::ExecutorSpec::Client)
+                        )
+                    });
+                    if client && self.client_passthrough {
+                        return Outcome {
+                            client: true,
+                            ..Outcome::error(String::new())
+                        };
+                    }
                     let caller = if self.surface.mode == Mode::Direct {
                         "direct"
                     } else {
@@ -433,6 +479,7 @@ impl Agent {
                 stop_after_batch: envelope.stop_after_batch,
                 is_error: envelope.result.is_error,
                 tool_id: Some(envelope.tool.id.clone()),
+                client: false,
                 text: serde_json::to_string(
                     &json!({"tool": envelope.tool, "result": envelope.result}),
                 )

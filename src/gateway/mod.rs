@@ -3,3 +3,6 @@
 //! the mock provider build on it.
 
 pub mod agent;
+pub mod client;
+pub mod mock;
+pub mod server;

@@ -1,0 +1,379 @@
+//! `toolsearch gateway`: `POST /v1/responses` runs one agent turn (OpenAI Responses shapes
+//! in and out) against the configured provider, with the configured catalog, mode and
+//! policy; `GET /healthz`. Each `metadata.session_key` is a session: its own dispatcher
+//! (hooks one at a time, its session log under the state directory) and conversation
+//! history, one turn at a time.
+//!
+//! Client tools sent in the request are declared to the model as they are (they stay
+//! directly visible in every mode) and a call to one ends the turn with a `function_call`
+//! item for the client to run. Requests are bounded (4 MiB) and strict: malformed JSON or an
+//! unknown field is a 400 with a JSON error, never a panic. On SIGTERM or SIGINT the server
+//! stops accepting, aborts turns in flight, and exits with no sandbox child left.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex as AsyncMutex;
+use tokio_util::sync::CancellationToken;
+
+use super::agent::{Agent, Message, Model};
+use crate::catalog::{Catalog, ExecutorSpec, Facts, ToolDescriptor};
+use crate::config::{Config, Mode};
+use crate::dispatch::{Dispatcher, DispatcherBuilder};
+use crate::provider::Provider;
+use crate::sandbox::Sandbox;
+use crate::surface;
+use crate::telemetry::SessionLog;
+
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the gateway runs with.
+pub struct Gateway {
+    pub config: Config,
+    /// The descriptors of the configured catalog (client tools join them per request).
+    pub descriptors: Vec<ToolDescriptor>,
+    pub catalog: Arc<Catalog>,
+    pub mode: Mode,
+    pub sandbox: Option<Arc<Sandbox>>,
+    pub code_unavailable: Option<String>,
+    pub model: Arc<dyn Model>,
+    pub provider: Provider,
+    pub state_dir: PathBuf,
+    sessions: AsyncMutex<HashMap<String, Arc<Session>>>,
+    shutdown: CancellationToken,
+    counter: std::sync::atomic::AtomicU64,
+}
+
+struct Session {
+    dispatcher: Arc<Dispatcher>,
+    history: AsyncMutex<Vec<Message>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnRequest {
+    #[serde(default)]
+    model: Option<String>,
+    input: Value,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    tools: Vec<Value>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+struct Metadata {
+    #[serde(default)]
+    session_key: Option<String>,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"error": {"message": message.into(), "type": "invalid_request_error"}})),
+    )
+        .into_response()
+}
+
+impl Gateway {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Config,
+        descriptors: Vec<ToolDescriptor>,
+        catalog: Arc<Catalog>,
+        mode: Mode,
+        sandbox: Option<Arc<Sandbox>>,
+        code_unavailable: Option<String>,
+        model: Arc<dyn Model>,
+        provider: Provider,
+        state_dir: PathBuf,
+    ) -> Arc<Self> {
+        Arc::new(Gateway {
+            config,
+            descriptors,
+            catalog,
+            mode,
+            sandbox,
+            code_unavailable,
+            model,
+            provider,
+            state_dir,
+            sessions: AsyncMutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            counter: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        axum::Router::new()
+            .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
+            .route("/v1/responses", post(turn))
+            .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+            .with_state(Arc::clone(self))
+    }
+
+    /// Serves until SIGTERM, SIGINT or `shutdown` is cancelled.
+    pub async fn serve(self: &Arc<Self>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        let stop = self.shutdown.clone();
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let term = async {
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(mut s) => {
+                            s.recv().await;
+                        }
+                        Err(_) => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term => {}
+                    _ = stop.cancelled() => {}
+                }
+                stop.cancel();
+            }
+        });
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    }
+
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    async fn session(&self, key: &str) -> Result<Arc<Session>, String> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(s) = sessions.get(key) {
+            return Ok(Arc::clone(s));
+        }
+        let log = Arc::new(SessionLog::open(&self.state_dir, key).map_err(|e| e.to_string())?);
+        let dispatcher = DispatcherBuilder::new(Arc::clone(&self.catalog))
+            .config(&self.config)
+            .map_err(|e| e.to_string())?
+            .session_log(log)
+            .build();
+        let s = Arc::new(Session {
+            dispatcher: Arc::new(dispatcher),
+            history: AsyncMutex::new(Vec::new()),
+        });
+        sessions.insert(key.to_string(), Arc::clone(&s));
+        Ok(s)
+    }
+}
+
+/// The user's text from a Responses `input`: a string, or the last user message of a list.
+fn prompt_of(input: &Value) -> Option<String> {
+    match input {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) => items.iter().rev().find_map(|i| {
+            if i.get("role").and_then(Value::as_str) != Some("user") {
+                return None;
+            }
+            match i.get("content") {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Array(parts)) => Some(
+                    parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+                _ => None,
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// Client tools of the request as catalog descriptors (source client, run by the client).
+fn client_tools(tools: &[Value]) -> Result<Vec<ToolDescriptor>, String> {
+    let text = Value::Array(tools.to_vec()).to_string();
+    crate::catalog::load::parse_catalog_text(std::path::Path::new("request.tools.json"), &text)
+        .map_err(|e| format!("tools: {e}"))
+        .map(|mut ds| {
+            for d in &mut ds {
+                d.executor = Some(ExecutorSpec::Client);
+            }
+            ds
+        })
+}
+
+async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Response {
+    let request: TurnRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
+    };
+    let _ = (
+        &request.model,
+        request.max_output_tokens,
+        request.temperature,
+    );
+    if request.stream == Some(true) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "stream: true is not supported by this gateway; send stream: false",
+        );
+    }
+    let Some(prompt) = prompt_of(&request.input) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "input: expected a string or a list holding a user message",
+        );
+    };
+    let key = request
+        .metadata
+        .and_then(|m| m.session_key)
+        .unwrap_or_else(|| {
+            format!(
+                "gw-{}",
+                gw.counter
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            )
+        });
+    if key.len() > 200 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "metadata.session_key: at most 200 bytes",
+        );
+    }
+    let session = match gw.session(&key).await {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    // Client tools join the catalog for this turn; without them the configured one is used.
+    let (catalog, dispatcher) = if request.tools.is_empty() {
+        (Arc::clone(&gw.catalog), Arc::clone(&session.dispatcher))
+    } else {
+        let extra = match client_tools(&request.tools) {
+            Ok(t) => t,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        };
+        let mut all = gw.descriptors.clone();
+        all.extend(extra);
+        let catalog = match Catalog::build(
+            all,
+            &Facts {
+                config: &gw.config,
+                env: &Facts::process_env,
+            },
+        ) {
+            Ok(c) => Arc::new(c),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        };
+        let dispatcher = match DispatcherBuilder::new(Arc::clone(&catalog)).config(&gw.config) {
+            Ok(b) => b.session_log(Arc::new(
+                SessionLog::open(&gw.state_dir, &key)
+                    .unwrap_or_else(|_| SessionLog::disabled(&key)),
+            )),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        (catalog, Arc::new(dispatcher.build()))
+    };
+    let options = surface::Options {
+        mode: gw.mode,
+        code_available: match &gw.code_unavailable {
+            Some(r) => Err(r.clone()),
+            None => Ok(()),
+        },
+        prompt: &prompt,
+        context_window: gw.config.surface.context_window,
+        likely: gw
+            .config
+            .surface
+            .likely_schemas
+            .unwrap_or(surface::LIKELY_DEFAULT),
+        required: &gw.config.surface.required,
+        code_timeout_ms: catalog.settings().code_timeout_ms,
+    };
+    let planned = match surface::plan_request(
+        &catalog,
+        &options,
+        gw.provider,
+        request.instructions.as_deref().unwrap_or(""),
+    ) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    dispatcher.log().event(
+        "request",
+        json!({
+            "summary": planned.summary,
+            "reasons": planned.surface.reasons,
+            "visible_schemas": planned.surface.visible_schemas(),
+            "declared": planned.surface.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            "catalog": catalog.counts(),
+        }),
+    );
+    let agent = Arc::new(
+        Agent::new(
+            Arc::clone(&dispatcher),
+            planned.surface.clone(),
+            gw.sandbox.clone(),
+            Duration::from_millis(catalog.settings().code_timeout_ms),
+            gw.config.provider.max_rounds,
+        )
+        .with_client_passthrough(),
+    );
+    let mut history = session.history.lock().await;
+    let outcome = agent
+        .run_turn(
+            gw.model.as_ref(),
+            &planned.system,
+            history.clone(),
+            &prompt,
+            gw.shutdown.child_token(),
+        )
+        .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            dispatcher.log().event(
+                "turn_error",
+                json!({"code": e.code(), "message": e.to_string()}),
+            );
+            return error(StatusCode::BAD_GATEWAY, e.to_string());
+        }
+    };
+    *history = outcome.messages.clone();
+    let n = gw
+        .counter
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut output: Vec<Value> = outcome
+        .pending
+        .iter()
+        .map(|c| json!({"type": "function_call", "id": format!("fc_{}", c.id), "call_id": c.id, "name": c.name, "arguments": c.arguments.to_string(), "status": "completed"}))
+        .collect();
+    if !outcome.text.is_empty() || output.is_empty() {
+        output.push(json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": outcome.text, "annotations": []}]}));
+    }
+    Json(json!({
+        "id": format!("resp_gw_{n}"),
+        "object": "response",
+        "status": "completed",
+        "output": output,
+        "metadata": {"session_key": key},
+        "toolsearch": {"mode": planned.summary.mode, "stop": outcome.stop, "rounds": outcome.rounds, "calls": outcome.calls, "summary": planned.summary},
+    }))
+    .into_response()
+}

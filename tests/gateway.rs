@@ -1,0 +1,258 @@
+//! The gateway and the QA end-to-end over real HTTP and real child processes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn bin() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin("toolsearch")
+}
+
+struct Running(Child, String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `toolsearch ARGS` and waits for `listening on URL`.
+fn start(args: &[&str], dir: &std::path::Path) -> Running {
+    let mut child = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_default()
+        .to_string();
+    assert!(!url.is_empty(), "did not start: {line:?}");
+    Running(child, url)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_qa_end_to_end_passes_on_every_lane() {
+    let out = Command::new(bin())
+        .args(["qa", "tool-search-gateway-e2e", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        out.status.success(),
+        "{report:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["pass"], true);
+    let lanes: Vec<&str> = report["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["lane"].as_str().unwrap())
+        .collect();
+    assert_eq!(lanes, ["direct", "code", "tools", "directory"]);
+    for l in report["lanes"].as_array().unwrap() {
+        assert_eq!(l["pass"], true, "{l:#}");
+    }
+    let code = &report["lanes"][1];
+    assert!(code["ratio_to_direct"].as_f64().unwrap() <= 0.5, "{code:#}");
+}
+
+fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> Running {
+    let config = dir.join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nbase_url = \"{provider_url}\"\nmax_retries = 3\ntimeout_ms = 5000\n{extra}"
+        ),
+    )
+    .unwrap();
+    start(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--mode",
+            "tools",
+            "--state-dir",
+            dir.join("state").to_str().unwrap(),
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        dir,
+    )
+}
+
+#[test]
+fn bad_input_is_a_4xx_with_a_json_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
+    runtime().block_on(async {
+        let http = reqwest::Client::new();
+        let health: Value = http
+            .get(format!("{}/healthz", gw.1))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(health["ok"], true);
+        for (body, what) in [
+            ("{not json".to_string(), "malformed"),
+            (
+                json!({"input": "x", "surprise": 1}).to_string(),
+                "unknown field",
+            ),
+            (json!({"input": 42}).to_string(), "input type"),
+            (json!({"input": "x", "stream": true}).to_string(), "stream"),
+        ] {
+            let r = http
+                .post(format!("{}/v1/responses", gw.1))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{what}");
+            let v: Value = r.json().await.unwrap();
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()),
+                "{what}: {v}"
+            );
+        }
+        let big = format!("{{\"input\": \"{}\"}}", "x".repeat(5 * 1024 * 1024));
+        let r = http
+            .post(format!("{}/v1/responses", gw.1))
+            .body(big)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413);
+    });
+}
+
+/// A provider that answers each request with the next canned reply, counting requests.
+fn canned_provider(
+    replies: Vec<(u16, &'static str)>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for (status, body) in replies {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read headers and the body (Content-Length).
+            loop {
+                let n = s.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("content-length: ")
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(reply.as_bytes());
+        }
+    });
+    (url, count)
+}
+
+#[test]
+fn a_provider_that_fails_then_rate_limits_then_answers_garbage_is_retried_then_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, count) = canned_provider(vec![(500, "{}"), (429, "{}"), (200, "this is not json")]);
+    let gw = gateway_with(&url, dir.path(), "");
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/responses", gw.1))
+            .json(&json!({"input": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+        let v: Value = r.json().await.unwrap();
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("openai-responses"), "{m}");
+        assert!(m.contains("not a response"), "{m}");
+    });
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    let (url, _) = canned_provider(vec![(401, "{\"error\": \"bad key\"}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_with(&url, dir.path(), "");
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/responses", gw.1))
+            .json(&json!({"input": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("401"),
+            "{v}"
+        );
+    });
+}
+
+#[test]
+fn the_gateway_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
+    let pid = nix::unistd::Pid::from_raw(gw.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let started = Instant::now();
+    loop {
+        if gw.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
