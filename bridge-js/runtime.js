@@ -42,8 +42,35 @@ let limits = {
 
 const channel = new net.Socket({ fd: 3, readable: true, writable: true });
 
+// Frames carry only well-formed strings: a lone surrogate (half an emoji, cut by a slice)
+// would be sent as a \ud800 escape, which the parent's JSON parser refuses. It becomes
+// U+FFFD instead.
+function wellFormed(key, value) {
+  return typeof value === 'string' ? value.toWellFormed() : value;
+}
+
 function send(frame) {
-  channel.write(JSONStringify(frame) + '\n');
+  channel.write(JSONStringify(frame, wellFormed) + '\n');
+}
+
+// What the parent counts: UTF-8 bytes, not UTF-16 units.
+function bytes(text) {
+  return Buffer.byteLength(text, 'utf8');
+}
+
+// The parent's JSON parser refuses values nested deeper than 128; refuse them here first,
+// with a clear message, walking without recursion.
+const MAX_DEPTH = 100;
+function tooDeep(value) {
+  const stack = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop();
+    if (depth > MAX_DEPTH) return true;
+    if (v !== null && typeof v === 'object') {
+      for (const key of Object.keys(v)) stack.push([v[key], depth + 1]);
+    }
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -71,6 +98,7 @@ const BOOTSTRAP = `(function bootstrap(host) {
   const parse = JSON.parse;
   const P = Promise;
   const then = Promise.prototype.then;
+  const resolveP = Promise.resolve;
   const apply = Reflect.apply;
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
@@ -78,6 +106,19 @@ const BOOTSTRAP = `(function bootstrap(host) {
   const StringCtor = String;
   const isArray = Array.isArray;
   const pending = Object.create(null);
+
+  // Every call into the outer side goes through here. \`host\` never throws by itself, but a
+  // call made with the stack nearly exhausted overflows at its entry, before its own
+  // try/catch, and that RangeError belongs to the outer realm: its constructor chain leads
+  // to the outer Function. It is caught here, never looked at, and replaced by an error of
+  // this realm, so no outer object reaches the guest.
+  function callHost(a, b, c, d) {
+    try {
+      return host(a, b, c, d);
+    } catch (outer) {
+      throw new ErrorCtor('the host call failed');
+    }
+  }
 
   function safeStringify(value) {
     try {
@@ -105,7 +146,7 @@ const BOOTSTRAP = `(function bootstrap(host) {
         if (i > 0) line += ' ';
         line += format(arguments[i]);
       }
-      host('log', level, line);
+      callHost('log', level, line);
     };
   }
 
@@ -121,7 +162,7 @@ const BOOTSTRAP = `(function bootstrap(host) {
             reject(new ErrorCtor('openclaw.tools.' + method + ': arguments are not JSON-serializable'));
             return;
           }
-          const id = host('bridge', method, json);
+          const id = callHost('bridge', method, json);
           if (typeof id !== 'number') {
             reject(new ErrorCtor(typeof id === 'string' ? id : 'bridge unavailable'));
             return;
@@ -169,7 +210,11 @@ const BOOTSTRAP = `(function bootstrap(host) {
       entry.resolve(value);
     } else {
       const err = new ErrorCtor(value && typeof value.message === 'string' ? value.message : 'bridge call failed');
-      if (value && typeof value.code === 'string') err.code = value.code;
+      // defineProperty, not assignment: a guest may have put a getter-only \`code\` on
+      // Object.prototype, and assigning would throw.
+      if (value && typeof value.code === 'string') {
+        defineProperty(err, 'code', { value: value.code, writable: true, configurable: true, enumerable: false });
+      }
       entry.reject(err);
     }
   }
@@ -179,9 +224,9 @@ const BOOTSTRAP = `(function bootstrap(host) {
     if (value instanceof ErrorCtor) value = StringCtor(value.message);
     const json = safeStringify(value);
     if (json === null) {
-      host('error', 'code-error', 'the return value is not JSON-serializable', 0);
+      callHost('error', 'code-error', 'the return value is not JSON-serializable', 0);
     } else {
-      host('result', json);
+      callHost('result', json);
     }
   }
 
@@ -198,27 +243,33 @@ const BOOTSTRAP = `(function bootstrap(host) {
         message = format(error);
       }
     } catch (e) { message = 'error'; }
-    host('error', 'code-error', message, line);
+    callHost('error', 'code-error', message, line);
   }
 
   // Runs the compiled body. The captured original then collects the result, so a guest
   // that replaces Promise.prototype.then cannot hang or fool the collection.
   function start(body) {
     if (typeof body !== 'function') {
-      host('error', 'code-error', 'the code did not compile to a function body', 0);
+      callHost('error', 'code-error', 'the code did not compile to a function body', 0);
       return;
     }
     let result;
     try {
       result = body();
+      // The captured resolve and then: a guest that replaced Promise.resolve or
+      // Promise.prototype.then cannot choose what is collected, nor break collection.
+      apply(then, apply(resolveP, P, [result]), [finish, fail]);
     } catch (e) {
       fail(e);
-      return;
     }
-    apply(then, P.resolve(result), [finish, fail]);
   }
 
-  return freeze({ __proto__: null, deliver: deliver, start: start });
+  // An inner error, for the outer side to reject with (import() and the like).
+  function error(message) {
+    return new ErrorCtor(StringCtor(message));
+  }
+
+  return freeze({ __proto__: null, deliver: deliver, start: start, error: error });
 })`;
 
 // ---------------------------------------------------------------------------------------
@@ -239,33 +290,42 @@ function hostCall(kind, a, b, c) {
     if (finished) return undefined;
     if (kind === 'log') {
       if ((a !== 'log' && a !== 'warn' && a !== 'error') || typeof b !== 'string') return undefined;
-      const line = b.length > 4096 ? b.slice(0, 4096) + '...' : b;
-      if (logLines >= limits.maxLogLines || logBytes + line.length > limits.maxLogBytes) {
+      const line = b.length > 4096 ? b.slice(0, 4096).toWellFormed() + '...' : b;
+      const size = bytes(line);
+      if (logLines >= limits.maxLogLines || logBytes + size > limits.maxLogBytes) {
         logCut += 1;
         return undefined;
       }
       logLines += 1;
-      logBytes += line.length;
+      logBytes += size;
       send({ type: 'log', level: a, items: [line] });
       return undefined;
     }
     if (kind === 'bridge') {
       if (typeof a !== 'string' || typeof b !== 'string') return 'bad bridge call';
-      if (b.length > limits.maxArgBytes) return 'bridge arguments exceed ' + limits.maxArgBytes + ' bytes';
+      if (bytes(b) > limits.maxArgBytes) return 'bridge arguments exceed ' + limits.maxArgBytes + ' bytes';
       if (bridgeCalls >= limits.maxBridgeCalls) return 'at most ' + limits.maxBridgeCalls + ' bridge calls per run';
+      const args = JSONParse(b);
+      if (tooDeep(args)) return 'bridge arguments are nested more than ' + MAX_DEPTH + ' levels deep';
       bridgeCalls += 1;
       const id = nextId++;
-      send({ type: 'bridge', id: id, method: a, args: JSONParse(b) });
+      send({ type: 'bridge', id: id, method: a, args: args });
       return id;
     }
     if (kind === 'result') {
       if (typeof a !== 'string') return undefined;
       finished = true;
-      if (a.length > limits.maxResultBytes) {
-        send({ type: 'result', ok: false, error: { code: 'output-too-large', message: 'the return value is ' + a.length + ' bytes of JSON; the limit is ' + limits.maxResultBytes } });
+      const size = bytes(a);
+      if (size > limits.maxResultBytes) {
+        send({ type: 'result', ok: false, error: { code: 'output-too-large', message: 'the return value is ' + size + ' bytes of JSON; the limit is ' + limits.maxResultBytes } });
+        return undefined;
+      }
+      const value = JSONParse(a);
+      flushLogCut();
+      if (tooDeep(value)) {
+        send({ type: 'result', ok: false, error: { code: 'code-error', message: 'the return value is nested more than ' + MAX_DEPTH + ' levels deep' } });
       } else {
-        flushLogCut();
-        send({ type: 'result', ok: true, value: JSONParse(a) });
+        send({ type: 'result', ok: true, value: value });
       }
       return undefined;
     }
@@ -311,6 +371,11 @@ function run(frame) {
     const script = new vm.Script('(async function tool_search_code() {\n' + frame.code + '\n})', {
       filename: 'tool_search_code.js',
       lineOffset: -1,
+      // Without this callback, import() rejects with an error of this (outer) realm, whose
+      // constructor chain reaches the outer Function. This rejects with an inner error.
+      importModuleDynamically: () => {
+        throw inner.error('import() is not available in tool_search_code');
+      },
     });
     body = script.runInContext(context, { timeout: limits.syncTimeoutMs, displayErrors: false });
   } catch (e) {
@@ -338,6 +403,14 @@ channel.on('data', (chunk) => {
       inner.deliver(frame.id, frame.ok === true, JSONStringify(payload === undefined ? null : payload));
     }
   }
+});
+// The guest's own unhandled rejections (a fire-and-forget async helper that throws) are its
+// business: Node's default would end the process and lose the run. They are ignored (the
+// reason, a guest object, is never touched). Anything else uncaught is this file's fault
+// and ends the run as a code error.
+process.on('unhandledRejection', () => {});
+process.on('uncaughtException', () => {
+  hostCall('error', 'code-error', 'an uncaught exception ended the run', 0);
 });
 channel.on('error', () => process.exit(70));
 channel.on('end', () => process.exit(0));

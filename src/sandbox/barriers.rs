@@ -111,6 +111,14 @@ impl Plan {
                 policy.rlimits.cpu_margin_s
             ),
         );
+        on(
+            "address space",
+            policy.rlimits.address_space_mib > 0,
+            format!(
+                "RLIMIT_AS {} MiB: bounds ArrayBuffer memory, which the heap cap does not",
+                policy.rlimits.address_space_mib
+            ),
+        );
         let root = nix::unistd::geteuid().is_root();
         on(
             "network namespace",
@@ -213,12 +221,18 @@ impl Plan {
             pdeathsig: b.parent_death_signal,
             no_new_privs: b.no_new_privs,
             unshare_flags,
-            rlimits: vec![
-                (libc::RLIMIT_NOFILE, r.nofile),
-                (libc::RLIMIT_FSIZE, r.fsize),
-                (libc::RLIMIT_CORE, r.core),
-                (libc::RLIMIT_CPU, cpu_seconds + r.cpu_margin_s),
-            ],
+            rlimits: {
+                let mut limits = vec![
+                    (libc::RLIMIT_NOFILE, r.nofile),
+                    (libc::RLIMIT_FSIZE, r.fsize),
+                    (libc::RLIMIT_CORE, r.core),
+                    (libc::RLIMIT_CPU, cpu_seconds + r.cpu_margin_s),
+                ];
+                if self.is_applied("address space") {
+                    limits.push((libc::RLIMIT_AS, r.address_space_mib * 1024 * 1024));
+                }
+                limits
+            },
             landlock,
             seccomp: if self.is_applied("seccomp") {
                 self.seccomp.clone()

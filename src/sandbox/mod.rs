@@ -153,7 +153,15 @@ impl Sandbox {
                 format!("cannot create {}: {e}", workdir.display()),
             )
         })?;
-        let mut args = vec![info.permission_flag.clone(), "--no-warnings".to_string()];
+        // --experimental-vm-modules makes Node call the runtime's importModuleDynamically
+        // callback, which rejects import() with an error of the guest's realm; without it
+        // Node rejects with an error of the outer realm, whose constructor chain reaches
+        // the outer Function (an escape found by the escape suite).
+        let mut args = vec![
+            info.permission_flag.clone(),
+            "--no-warnings".to_string(),
+            "--experimental-vm-modules".to_string(),
+        ];
         if policy.node.max_old_space_mib > 0 {
             args.push(format!(
                 "--max-old-space-size={}",
@@ -218,7 +226,7 @@ impl Sandbox {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        for name in ["network namespace", "landlock", "seccomp"] {
+        for name in ["address space", "network namespace", "landlock", "seccomp"] {
             if !self.plan.is_applied(name) {
                 continue;
             }

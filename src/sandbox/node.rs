@@ -24,17 +24,25 @@ pub fn choose(configured: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(p) = configured {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os("TOOLSEARCH_NODE").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(p));
+    let named = std::env::var_os("TOOLSEARCH_NODE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("node"));
+    // A bare name is looked up on PATH, like a shell would.
+    if named.components().count() > 1 {
+        return Ok(named);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("node");
+        let candidate = dir.join(&named);
         if candidate.is_file() {
             return Ok(candidate);
         }
     }
-    Err("no `node` on PATH (set sandbox.node in the config or TOOLSEARCH_NODE)".into())
+    Err(format!(
+        "no `{}` on PATH (set sandbox.node in the config or TOOLSEARCH_NODE)",
+        named.display()
+    ))
 }
 
 /// Probes `path`, once per process.

@@ -38,6 +38,7 @@ pub struct Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rlimits {
+    pub address_space_mib: u64,
     pub nofile: u64,
     pub fsize: u64,
     pub core: u64,
