@@ -57,7 +57,7 @@ fn main() {
     ] {
         for p in providers {
             for mode in [Mode::Direct, Mode::Code, Mode::Tools, Mode::Directory] {
-                let planned = surface::plan_request(&c, &options(mode), p, "").expect("plan");
+                let planned = surface::plan_request(&c, &options(mode), p, "", true).expect("plan");
                 let s = &planned.summary;
                 println!(
                     "| {label} | {} | {} | {} | {} | {:.1}% |",
@@ -65,7 +65,7 @@ fn main() {
                     mode.as_str(),
                     s.declared_tools,
                     s.request_bytes,
-                    100.0 * s.ratio_to_direct
+                    100.0 * s.ratio_to_direct.unwrap_or(1.0)
                 );
             }
         }

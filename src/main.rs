@@ -490,7 +490,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 required: &loaded.config.surface.required,
                 code_timeout_ms: catalog.settings().code_timeout_ms,
             };
-            let planned = toolsearch::surface::plan_request(catalog, &options, provider, "")?;
+            let planned = toolsearch::surface::plan_request(catalog, &options, provider, "", true)?;
             loaded.dispatcher.log().event(
                 "request",
                 serde_json::json!({

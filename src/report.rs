@@ -274,7 +274,7 @@ pub fn surface(p: &crate::surface::Planned) -> String {
         s.tool_bytes,
         s.prompt_bytes,
         s.request_bytes,
-        100.0 * s.ratio_to_direct
+        100.0 * s.ratio_to_direct.unwrap_or(1.0)
     );
     for r in &p.surface.reasons {
         let _ = writeln!(out, "note: {r}");

@@ -310,6 +310,7 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
         &options,
         gw.provider,
         request.instructions.as_deref().unwrap_or(""),
+        false,
     ) {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),

@@ -438,8 +438,9 @@ pub struct Summary {
     pub tool_bytes: usize,
     pub prompt_bytes: usize,
     pub request_bytes: usize,
-    /// This request's bytes over direct mode's for the same catalog and prompt.
-    pub ratio_to_direct: f64,
+    /// This request's bytes over direct mode's for the same catalog and prompt (`None` when
+    /// not compared: building direct mode's body costs a parse of every schema).
+    pub ratio_to_direct: Option<f64>,
 }
 
 /// A surface and the exact request body a provider would get for it.
@@ -462,6 +463,7 @@ pub fn plan_request(
     options: &Options,
     provider: crate::provider::Provider,
     base_system: &str,
+    compare_direct: bool,
 ) -> Result<Planned> {
     use crate::provider::{Request, payload};
     let surface = build(catalog, options)?;
@@ -483,8 +485,8 @@ pub fn plan_request(
     };
     let (body, sizes, system) = body_for(&surface);
     let direct_bytes = if surface.mode == Mode::Direct {
-        sizes.body_bytes
-    } else {
+        Some(sizes.body_bytes)
+    } else if compare_direct {
         let direct = build(
             catalog,
             &Options {
@@ -492,7 +494,9 @@ pub fn plan_request(
                 ..options.clone()
             },
         )?;
-        body_for(&direct).1.body_bytes
+        Some(body_for(&direct).1.body_bytes)
+    } else {
+        None
     };
     let summary = Summary {
         mode: surface.mode,
@@ -501,11 +505,13 @@ pub fn plan_request(
         tool_bytes: sizes.tool_bytes,
         prompt_bytes: system.len() + options.prompt.len(),
         request_bytes: sizes.body_bytes,
-        ratio_to_direct: if direct_bytes == 0 {
-            1.0
-        } else {
-            sizes.body_bytes as f64 / direct_bytes as f64
-        },
+        ratio_to_direct: direct_bytes.map(|d| {
+            if d == 0 {
+                1.0
+            } else {
+                sizes.body_bytes as f64 / d as f64
+            }
+        }),
     };
     Ok(Planned {
         surface,
