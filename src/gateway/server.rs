@@ -58,8 +58,11 @@ struct Session {
     history: AsyncMutex<Vec<Message>>,
 }
 
+/// The accepted request fields. `model`, `max_output_tokens` and `temperature` are accepted
+/// (clients send them) but not forwarded: the configured provider and model decide.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)]
 struct TurnRequest {
     #[serde(default)]
     model: Option<String>,
