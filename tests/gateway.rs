@@ -50,8 +50,29 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Live sandbox children (their command line holds the runtime, which names
+/// `tool_search_code`).
+fn sandbox_children() -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let status =
+                        std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+                    let zombie = status
+                        .lines()
+                        .any(|l| l.starts_with("State:") && l.contains('Z'));
+                    let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                    !zombie && String::from_utf8_lossy(&cmd).contains("tool_search_code")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 #[test]
 fn the_qa_end_to_end_passes_on_every_lane() {
+    let before = sandbox_children();
     let out = Command::new(bin())
         .args(["qa", "tool-search-gateway-e2e", "--json"])
         .output()
@@ -75,6 +96,15 @@ fn the_qa_end_to_end_passes_on_every_lane() {
     }
     let code = &report["lanes"][1];
     assert!(code["ratio_to_direct"].as_f64().unwrap() <= 0.5, "{code:#}");
+    // No gateway, mock or sandbox child (spares included) is left behind.
+    let started = Instant::now();
+    while sandbox_children() > before {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "sandbox children left behind"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> Running {

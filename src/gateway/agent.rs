@@ -26,6 +26,7 @@ use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
 use crate::provider::{ToolCall, ToolSpec};
 use crate::sandbox::Sandbox;
+use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
 
 /// Rounds of tool calls one turn may take, by default.
@@ -116,6 +117,8 @@ pub struct Agent {
     /// declared it).
     declared: HashMap<String, String>,
     sandbox: Option<Arc<Sandbox>>,
+    /// Children started ahead (long-lived hosts); a run takes one when there is one.
+    spares: Option<Arc<SparePool>>,
     code_timeout: Duration,
     max_rounds: usize,
     turn: std::sync::atomic::AtomicU64,
@@ -190,7 +193,14 @@ impl Agent {
             max_rounds,
             turn: std::sync::atomic::AtomicU64::new(0),
             client_passthrough: false,
+            spares: None,
         }
+    }
+
+    /// Runs code on spare children from `pool` (same sandbox) instead of cold ones.
+    pub fn with_spares(mut self, pool: Option<Arc<SparePool>>) -> Self {
+        self.spares = pool;
+        self
     }
 
     /// Hands client tool calls back to the caller (`Stop::ClientTools`) instead of running
@@ -381,8 +391,19 @@ impl Agent {
                         "tool_search_code is unavailable: no sandbox in this host".into(),
                     );
                 };
-                let result =
-                    crate::code::run(sandbox, Arc::clone(d), code, self.code_timeout, run_id).await;
+                let child = match &self.spares {
+                    Some(pool) => pool.take().await.ok(),
+                    None => None,
+                };
+                let result = crate::code::run_with(
+                    sandbox,
+                    child,
+                    Arc::clone(d),
+                    code,
+                    self.code_timeout,
+                    run_id,
+                )
+                .await;
                 let ok = result.is_ok();
                 Outcome::json(&result, !ok)
             }

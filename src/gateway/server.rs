@@ -31,6 +31,7 @@ use crate::config::{Config, Mode};
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
+use crate::sandbox::spares::SparePool;
 use crate::surface;
 use crate::telemetry::SessionLog;
 
@@ -44,6 +45,8 @@ pub struct Gateway {
     pub catalog: Arc<Catalog>,
     pub mode: Mode,
     pub sandbox: Option<Arc<Sandbox>>,
+    /// Spare children of `sandbox` (`[sandbox] spares`), started with the server.
+    spares: std::sync::OnceLock<Option<Arc<SparePool>>>,
     pub code_unavailable: Option<String>,
     pub model: Arc<dyn Model>,
     pub provider: Provider,
@@ -114,6 +117,7 @@ impl Gateway {
             catalog,
             mode,
             sandbox,
+            spares: std::sync::OnceLock::new(),
             code_unavailable,
             model,
             provider,
@@ -134,6 +138,17 @@ impl Gateway {
 
     /// Serves until SIGTERM, SIGINT or `shutdown` is cancelled.
     pub async fn serve(self: &Arc<Self>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        // Spares need the runtime, so they start here; they die with the pool.
+        let _ = self
+            .spares
+            .set(match (&self.sandbox, self.config.sandbox.spares) {
+                (Some(sandbox), n) if n > 0 => Some(SparePool::start(
+                    Arc::clone(sandbox),
+                    n,
+                    Duration::from_millis(self.catalog.settings().code_timeout_ms),
+                )),
+                _ => None,
+            });
         let stop = self.shutdown.clone();
         tokio::spawn({
             let stop = stop.clone();
@@ -155,9 +170,14 @@ impl Gateway {
                 stop.cancel();
             }
         });
-        axum::serve(listener, self.router())
+        let served = axum::serve(listener, self.router())
             .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
+            .await;
+        // No spare child outlives the server.
+        if let Some(Some(pool)) = self.spares.get() {
+            pool.stop();
+        }
+        served
     }
 
     pub fn shutdown(&self) {
@@ -336,7 +356,8 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
             Duration::from_millis(catalog.settings().code_timeout_ms),
             gw.config.provider.max_rounds,
         )
-        .with_client_passthrough(),
+        .with_client_passthrough()
+        .with_spares(gw.spares.get().cloned().flatten()),
     );
     let mut history = session.history.lock().await;
     let outcome = agent

@@ -107,6 +107,14 @@ impl SparePool {
     pub fn sandbox(&self) -> &Arc<Sandbox> {
         &self.sandbox
     }
+
+    /// Stops refilling and kills the ready spares (the pool also does this when dropped).
+    pub fn stop(&self) {
+        self.stop.cancel();
+        if let Ok(mut r) = self.ready.lock() {
+            r.clear();
+        }
+    }
 }
 
 impl Drop for SparePool {
