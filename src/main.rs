@@ -234,6 +234,15 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The async runtime of the commands that need one (call, code, doctor, the servers, QA).
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))
+}
+
 fn cli_mode(m: Option<CliMode>) -> Option<Mode> {
     m.map(|m| match m {
         CliMode::Code => Mode::Code,
@@ -393,10 +402,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let args = read_args(args.as_deref())?;
             let loaded = globals.load(&approve)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             let envelope =
                 runtime.block_on(loaded.dispatcher.call(CallRequest::new(id, args, "cli")))?;
             if json {
@@ -433,11 +439,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 loaded.config.sandbox.strict,
             )
             .map_err(|e| Error::Unavailable(e.message))?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             let dispatcher = Arc::new(loaded.dispatcher);
             let result = runtime.block_on(toolsearch::code::run(
                 &sandbox, dispatcher, &body, timeout, "cli",
@@ -536,10 +538,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                         message: e,
                     }
                 })?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             let (sandbox, code_unavailable) = if matches!(mode, Mode::Code | Mode::Auto) {
                 match Sandbox::new(
                     config.sandbox.node.as_deref(),
@@ -589,11 +588,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             use toolsearch::gateway::mock;
             let scenario = scenario.as_deref().map(mock::Scenario::load).transpose()?;
             let provider = mock::MockProvider::new(mock::MockOptions { scenario, record });
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             runtime.block_on(async {
                 let listener = tokio::net::TcpListener::bind(&listen)
                     .await
@@ -625,11 +620,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         } => {
             let bin = std::env::current_exe()
                 .map_err(|e| Error::Usage(format!("cannot find this program: {e}")))?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             let report = runtime.block_on(toolsearch::qa::run(&bin, tools))?;
             if json {
                 print_json(&report);
@@ -642,11 +633,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Doctor { json } => {
             let config = Config::load(globals.config.as_deref())?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+            let runtime = runtime()?;
             let sandbox = Sandbox::new(
                 config.sandbox.node.as_deref(),
                 SandboxPolicy::default_policy()?,
