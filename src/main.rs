@@ -26,22 +26,22 @@ use toolsearch::{Catalog, Config, Error, report};
 )]
 struct Cli {
     /// Configuration file (default: ./toolsearch.toml if present).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     config: Option<PathBuf>,
     /// Catalog file or folder; repeatable. Default: [catalog] paths, else the embedded demo.
     #[arg(long = "catalog", value_name = "PATH")]
     catalogs: Vec<PathBuf>,
     /// The surface given to the model; overrides tools.toolSearch.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, global = true)]
     mode: Option<CliMode>,
     /// Where session logs go (default: $XDG_DATA_HOME/toolsearch or ~/.local/share/toolsearch).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
     /// Session key: events append to sessions/KEY.jsonl (default: a new session per run).
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", global = true)]
     session: Option<String>,
     /// Agent name, for per-agent mode overrides ([surface.agents]).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", global = true)]
     agent: Option<String>,
     #[command(subcommand)]
     command: Command,
