@@ -94,7 +94,8 @@ pub async fn run(
     let input = program.stdin.to_vec();
     let max = program.max_stdout;
 
-    let work = async move {
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let work = async {
         let feed = async {
             if let Some(mut s) = stdin.take() {
                 // A program that exits without reading its input is not an error.
@@ -105,17 +106,20 @@ pub async fn run(
         let out = read_bounded(stdout, max);
         let err = read_tail(stderr, program.on_stderr_line);
         let (_, out, err) = tokio::join!(feed, out, err);
-        let status = child.wait().await;
-        (out, err, status)
+        wait_without_reaping(pid).await;
+        (out, err)
     };
     let result = tokio::select! {
         r = work => Ok(r),
         _ = tokio::time::sleep(program.timeout) => Err(ProgramFailure::Timeout(program.timeout)),
         _ = cancel.cancelled() => Err(ProgramFailure::Cancelled),
     };
-    // Whatever happened, nothing of the group outlives the run.
+    // Whatever happened, nothing of the group outlives the run. The leader is not reaped
+    // yet (at most a zombie), so its pid, which is the group id, cannot have been reused:
+    // the kill cannot hit another process's group. Then it is reaped.
     kill_group(pgid);
-    let (out, stderr_tail, status) = result?;
+    let status = child.wait().await;
+    let (out, stderr_tail) = result?;
     let stdout = out.ok_or(ProgramFailure::OutputTooLarge(max))?;
     let code = status.ok().and_then(|s| s.code());
     Ok(ProgramOutput {
@@ -123,6 +127,25 @@ pub async fn run(
         stdout,
         stderr_tail,
     })
+}
+
+/// Waits until process `pid` has exited, leaving it unreaped (`WNOWAIT`), so the caller can
+/// still kill its group safely before reaping it.
+async fn wait_without_reaping(pid: Option<i32>) {
+    let Some(pid) = pid else { return };
+    let _ = tokio::task::spawn_blocking(move || {
+        use nix::sys::wait::{Id, WaitPidFlag, waitid};
+        loop {
+            match waitid(
+                Id::Pid(nix::unistd::Pid::from_raw(pid)),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => return,
+            }
+        }
+    })
+    .await;
 }
 
 fn kill_group(pgid: Option<u32>) {

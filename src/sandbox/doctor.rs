@@ -142,7 +142,7 @@ async fn probe(sandbox: &Sandbox) -> Result<Vec<ProbeLine>, String> {
     let mut line = String::new();
     let read =
         tokio::time::timeout(Duration::from_secs(10), child.reader.read_line(&mut line)).await;
-    let _ = child.process.kill().await;
+    child.kill_and_reap().await;
     // Give the listeners a moment to see late arrivals.
     tokio::time::sleep(Duration::from_millis(50)).await;
     watchers.abort();

@@ -116,8 +116,32 @@ pub struct Child {
     out_of_memory: Arc<std::sync::atomic::AtomicBool>,
 }
 
+impl Child {
+    /// Kills the child's group, then reaps it. Killing first matters: once reaped, the
+    /// group id is a number the kernel may give to a new process (another sandbox child is
+    /// a group leader too), and a late kill would hit it.
+    pub(crate) async fn kill_and_reap(&mut self) {
+        kill_group(self.pgid);
+        let _ = self.process.wait().await;
+        self.pgid = None;
+    }
+
+    /// Whether the child is still running; if it has exited, it is now reaped and never
+    /// killed again.
+    pub(crate) fn alive(&mut self) -> bool {
+        match self.process.try_wait() {
+            Ok(None) => true,
+            _ => {
+                self.pgid = None;
+                false
+            }
+        }
+    }
+}
+
 impl Drop for Child {
     fn drop(&mut self) {
+        // Not reaped yet (reaping clears pgid): the group id is still this child's.
         kill_group(self.pgid);
     }
 }
@@ -373,8 +397,7 @@ impl Sandbox {
         let cancel = CancellationToken::new();
         let result = self.drive(&mut child, code, timeout, bridge, &cancel).await;
         cancel.cancel();
-        kill_group(child.pgid);
-        let _ = child.process.wait().await;
+        child.kill_and_reap().await;
         result
     }
 
@@ -526,6 +549,10 @@ impl Sandbox {
     /// Why the child stopped talking: its exit status and the end of its stderr.
     async fn exited(&self, child: &mut Child) -> SandboxError {
         let status = tokio::time::timeout(Duration::from_secs(2), child.process.wait()).await;
+        if status.is_ok() {
+            // Reaped: never kill that group id again.
+            child.pgid = None;
+        }
         // Let the stderr reader drain what the child wrote last.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let tail = child.stderr.lock().map(|t| t.clone()).unwrap_or_default();

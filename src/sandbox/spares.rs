@@ -77,7 +77,7 @@ impl SparePool {
 
     fn prune_dead(&self) {
         if let Ok(mut r) = self.ready.lock() {
-            r.retain_mut(|c| matches!(c.process.try_wait(), Ok(None)));
+            r.retain_mut(|c| c.alive());
         }
     }
 
@@ -90,7 +90,7 @@ impl SparePool {
                 .map_err(|_| SandboxError::new("unavailable", "spare pool lock poisoned"))?;
             let mut found = None;
             while let Some(mut c) = r.pop_front() {
-                if matches!(c.process.try_wait(), Ok(None)) {
+                if c.alive() {
                     found = Some(c);
                     break;
                 }
