@@ -14,7 +14,7 @@ use toolsearch::catalog::BatchQuery;
 use toolsearch::config::Mode;
 use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
 use toolsearch::policy::approval::CliApprover;
-use toolsearch::sandbox::{Sandbox, SandboxPolicy};
+use toolsearch::sandbox::Sandbox;
 use toolsearch::telemetry::{self, SessionLog};
 use toolsearch::{Catalog, Config, Error, report};
 
@@ -433,12 +433,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let (lo, hi) = toolsearch::config::bounds::CODE_TIMEOUT_MS;
             let timeout =
                 Duration::from_millis(timeout_ms.unwrap_or(settings.code_timeout_ms).clamp(lo, hi));
-            let sandbox = Sandbox::new(
-                loaded.config.sandbox.node.as_deref(),
-                SandboxPolicy::default_policy()?,
-                loaded.config.sandbox.strict,
-            )
-            .map_err(|e| Error::Unavailable(e.message))?;
+            let sandbox = Sandbox::from_config(&loaded.config.sandbox)
+                .map_err(|e| Error::Unavailable(e.message))?;
             let runtime = runtime()?;
             let dispatcher = Arc::new(loaded.dispatcher);
             let result = runtime.block_on(toolsearch::code::run(
@@ -540,11 +536,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 })?;
             let runtime = runtime()?;
             let (sandbox, code_unavailable) = if matches!(mode, Mode::Code | Mode::Auto) {
-                match Sandbox::new(
-                    config.sandbox.node.as_deref(),
-                    SandboxPolicy::default_policy()?,
-                    config.sandbox.strict,
-                ) {
+                match Sandbox::from_config(&config.sandbox) {
                     Ok(s) => (Some(Arc::new(s)), None),
                     Err(e) => (None, Some(e.message)),
                 }
@@ -634,11 +626,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Doctor { json } => {
             let config = Config::load(globals.config.as_deref())?;
             let runtime = runtime()?;
-            let sandbox = Sandbox::new(
-                config.sandbox.node.as_deref(),
-                SandboxPolicy::default_policy()?,
-                config.sandbox.strict,
-            );
+            let sandbox = Sandbox::from_config(&config.sandbox);
             let sandbox = match sandbox {
                 Ok(s) => s,
                 Err(e) => {

@@ -204,6 +204,14 @@ impl Sandbox {
         Ok(sandbox)
     }
 
+    /// The sandbox a config asks for (`[sandbox] node` and `strict`), with the embedded
+    /// policy: what every command and host that runs code builds.
+    pub fn from_config(config: &crate::config::SandboxConfig) -> Result<Self, SandboxError> {
+        let policy = SandboxPolicy::default_policy()
+            .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
+        Sandbox::new(config.node.as_deref(), policy, config.strict)
+    }
+
     pub fn node(&self) -> &NodeInfo {
         &self.node
     }
