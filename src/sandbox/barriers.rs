@@ -185,6 +185,11 @@ impl Plan {
         }
     }
 
+    /// Lets the child read `path` too (the startup snapshot, which Node reads after exec).
+    pub fn allow_read(&mut self, path: &Path) {
+        self.landlock_paths.push(path.to_path_buf());
+    }
+
     /// Marks a barrier as not applied, with the reason (after a spawn showed the host
     /// refuses it).
     pub fn disable(&mut self, name: &str, why: String) {
@@ -295,6 +300,18 @@ impl Prepared {
             if let Some(flags) = self.unshare_flags {
                 check(libc::unshare(flags))?;
             }
+        }
+        // Before the channel goes to fd 3: the ruleset is an fd of its own, and when fd 3
+        // was free in the parent it *is* fd 3; restricting after the dup2 then handed
+        // Landlock the socket (EINVAL), which is how spares failed to start in a test
+        // process that had closed fd 3. Consuming the ruleset here closes it first.
+        if let Some(ruleset) = self.landlock.take() {
+            ruleset
+                .restrict_self()
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        // SAFETY (all blocks): raw system calls on this process, with valid arguments.
+        unsafe {
             if channel == 3 {
                 let flags = libc::fcntl(3, libc::F_GETFD);
                 check(libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
@@ -331,11 +348,6 @@ impl Prepared {
                     0,
                 ))?;
             }
-        }
-        if let Some(ruleset) = self.landlock.take() {
-            ruleset
-                .restrict_self()
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
         }
         for program in &self.seccomp {
             seccompiler::apply_filter(program).map_err(|e| std::io::Error::other(e.to_string()))?;

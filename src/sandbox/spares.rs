@@ -144,10 +144,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_spare_that_dies_idle_is_replaced_and_spares_die_with_the_pool() {
-        // Taking a spare and waiting for the refill is exercised by the gateway tests (the
-        // QA's code lane); in the full lib suite that refill was seen to stall, see
-        // the issue note.
+    async fn spares_are_replaced_when_taken_or_dead_and_die_with_the_pool() {
         let sandbox =
             Arc::new(Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false).unwrap());
         let pool = SparePool::start(sandbox.clone(), 1, Duration::from_secs(5));
@@ -174,7 +171,18 @@ mod tests {
             }
         }
         let second = replaced.expect("the dead spare was replaced");
-        let third = second;
+        let child = pool.take().await.unwrap();
+        assert_eq!(child.pgid, Some(second));
+        drop(child);
+        wait_for(&pool, 1).await;
+        let third = pool
+            .ready
+            .lock()
+            .unwrap()
+            .front()
+            .and_then(|c| c.pgid)
+            .unwrap();
+        assert_ne!(third, second, "a taken spare is never handed out again");
         drop(pool);
         // Dropping the pool killed its spare.
         let mut gone = false;
