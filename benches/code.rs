@@ -19,7 +19,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Live processes whose command line holds the runtime (which names `tool_search_code`).
+/// Live processes whose command line holds the runtime (which names `tool_search_code`) or
+/// the runtime's startup snapshot.
 fn sandbox_processes() -> usize {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
@@ -37,7 +38,10 @@ fn sandbox_processes() -> usize {
                 .lines()
                 .any(|l| l.starts_with("State:") && l.contains('Z'));
             let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            !zombie && String::from_utf8_lossy(&cmd).contains("tool_search_code")
+            !zombie && {
+                let cmd = String::from_utf8_lossy(&cmd);
+                cmd.contains("tool_search_code") || cmd.contains("--snapshot-blob")
+            }
         })
         .count()
 }

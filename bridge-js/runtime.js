@@ -2,7 +2,10 @@
 //
 // The Rust parent starts Node with the permission model on and nothing granted, an empty
 // environment, an empty working directory and OS barriers (network namespace, Landlock,
-// seccomp, rlimits), and passes this file inline with -e, so no file grant is needed. The
+// seccomp, rlimits), and passes this file inline with -e, or starts Node from a startup
+// snapshot whose deserialize-main function is this file (src/sandbox/snapshot.rs: built at
+// first use with the same V8 flags, since any V8 flag costs Node its code cache); either way
+// no file grant is needed, and vm, net and the context below are made after start. The
 // parent also owns the clock: at the deadline it kills this process group, whatever runs
 // here. What this file adds is the innermost layer: the model's code runs in a vm context
 // that holds nothing of this (outer) realm, and talks to the parent only through JSON

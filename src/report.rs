@@ -212,6 +212,14 @@ pub fn doctor(r: &crate::sandbox::doctor::Report) -> String {
         r.node.permission_flag
     );
     let _ = writeln!(out, "heap cap: {} MiB", r.heap_cap_mib);
+    match &r.snapshot {
+        Some(p) => {
+            let _ = writeln!(out, "startup snapshot: {}", p.display());
+        }
+        None => {
+            let _ = writeln!(out, "startup snapshot: none (runtime given inline)");
+        }
+    }
     let _ = writeln!(out, "\n| barrier | applied | detail |\n|---|---|---|");
     for b in &r.barriers {
         let _ = writeln!(

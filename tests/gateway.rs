@@ -63,7 +63,10 @@ fn sandbox_children() -> usize {
                         .lines()
                         .any(|l| l.starts_with("State:") && l.contains('Z'));
                     let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-                    !zombie && String::from_utf8_lossy(&cmd).contains("tool_search_code")
+                    !zombie && {
+                        let cmd = String::from_utf8_lossy(&cmd);
+                        cmd.contains("tool_search_code") || cmd.contains("--snapshot-blob")
+                    }
                 })
                 .count()
         })

@@ -57,8 +57,9 @@ const RUN_MS: u64 = 10_000;
 /// The deadline of runs that are expected to time out (the CLI clamps to at least 1000).
 const TIMEOUT_MS: u64 = 1_500;
 
-/// How a sandbox child is recognized in `/proc/PID/cmdline` (the runtime is passed with -e).
-const CHILD_MARKERS: &[&str] = &["tool_search_code", "openclaw.tools"];
+/// How a sandbox child is recognized in `/proc/PID/cmdline` (the runtime is given with -e, or
+/// the startup snapshot with --snapshot-blob).
+const CHILD_MARKERS: &[&str] = &["tool_search_code", "openclaw.tools", "--snapshot-blob"];
 
 /// What a body that got something out returns or logs.
 const ESCAPED: &str = "ESCAPED:";

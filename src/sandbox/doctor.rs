@@ -33,6 +33,8 @@ pub struct ProbeLine {
 pub struct Report {
     pub node: NodeInfo,
     pub heap_cap_mib: u64,
+    /// The startup snapshot children start from (null: the runtime is given inline).
+    pub snapshot: Option<std::path::PathBuf>,
     pub barriers: Vec<BarrierStatus>,
     /// A cold run (spawn, one bridge call, result, reap), milliseconds.
     pub cold_run_ms: Option<f64>,
@@ -94,6 +96,7 @@ pub async fn run(sandbox: &Sandbox) -> Report {
     Report {
         node: sandbox.node().clone(),
         heap_cap_mib: sandbox.policy().node.max_old_space_mib,
+        snapshot: sandbox.snapshot().map(|p| p.to_path_buf()),
         barriers: sandbox.barriers().to_vec(),
         cold_run_ms: cold.is_ok().then_some(cold_ms),
         cold_run_error: cold.err().map(|e| e.to_string()),

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod node;
 pub mod policy;
 pub mod protocol;
+pub mod snapshot;
 pub mod spares;
 
 use std::future::Future;
@@ -36,7 +37,8 @@ pub use node::NodeInfo;
 pub use policy::SandboxPolicy;
 use protocol::{BridgeMethod, ChildFrame, LogLevel};
 
-/// The program the child runs, passed inline with `-e` (no file grant needed).
+/// The program the child runs: from a startup snapshot built from it ([`snapshot`]), or
+/// inline with `-e`; either way no file grant is needed.
 pub const RUNTIME_JS: &str = include_str!("../../bridge-js/runtime.js");
 
 /// A failed run, with one of the stable codes: `timeout`, `child-exited`, `protocol`,
@@ -102,6 +104,16 @@ pub struct Sandbox {
     plan: Plan,
     workdir: PathBuf,
     args: Vec<String>,
+    /// The runtime's startup snapshot, when V8 flags are used and the cache is usable.
+    snapshot: Option<PathBuf>,
+}
+
+/// What a child starts with.
+enum Entry<'a> {
+    /// A script given with `-e`, and its arguments.
+    Inline(&'a str, &'a [String]),
+    /// The runtime's startup snapshot.
+    Snapshot(&'a Path),
 }
 
 /// A spawned child, ready to take one run.
@@ -177,6 +189,15 @@ impl Sandbox {
                 format!("cannot create {}: {e}", workdir.display()),
             )
         })?;
+        // V8 flags: the heap cap and the policy's extras. They key the startup snapshot.
+        let mut v8_flags = Vec::new();
+        if policy.node.max_old_space_mib > 0 {
+            v8_flags.push(format!(
+                "--max-old-space-size={}",
+                policy.node.max_old_space_mib
+            ));
+        }
+        v8_flags.extend(policy.node.extra_flags.iter().cloned());
         // --experimental-vm-modules makes Node call the runtime's importModuleDynamically
         // callback, which rejects import() with an error of the guest's realm; without it
         // Node rejects with an error of the outer realm, whose constructor chain reaches
@@ -186,20 +207,30 @@ impl Sandbox {
             "--no-warnings".to_string(),
             "--experimental-vm-modules".to_string(),
         ];
-        if policy.node.max_old_space_mib > 0 {
-            args.push(format!(
-                "--max-old-space-size={}",
-                policy.node.max_old_space_mib
-            ));
-        }
-        args.extend(policy.node.extra_flags.iter().cloned());
+        args.extend(v8_flags.iter().cloned());
+        let snapshot = match snapshot::default_dir() {
+            Some(dir) if policy.node.snapshot && !v8_flags.is_empty() => {
+                match snapshot::ensure(&dir, &info, &v8_flags, RUNTIME_JS) {
+                    Ok(blob) => Some(blob),
+                    Err(e) => {
+                        tracing::warn!("sandbox: no startup snapshot ({e}); starting inline");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut sandbox = Sandbox {
             node: info,
             policy,
             plan,
             workdir,
             args,
+            snapshot,
         };
+        if let Some(blob) = &sandbox.snapshot {
+            sandbox.plan.allow_read(blob);
+        }
         sandbox.calibrate(strict)?;
         Ok(sandbox)
     }
@@ -224,52 +255,83 @@ impl Sandbox {
         &self.policy
     }
 
-    fn calibrate(&mut self, strict: bool) -> Result<(), SandboxError> {
-        let try_start = |plan: &Plan| -> Result<(), String> {
-            let mut prepared = plan.prepare(5);
-            let (parent, child) = StdUnixStream::pair().map_err(|e| e.to_string())?;
-            let fd = child.as_raw_fd();
-            let mut cmd = std::process::Command::new(&self.node.path);
-            cmd.args(&self.args)
-                .arg("-e")
-                .arg("0")
-                .env_clear()
-                .current_dir(&self.workdir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            // SAFETY: `apply` makes only raw system calls (see barriers.rs).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || prepared.apply(fd));
-            }
-            let out = cmd.output().map_err(|e| e.to_string())?;
-            drop((parent, child));
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "node exited with {}: {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
+    /// Whether a child of `plan` starts and says `ready`: the runtime itself, from the
+    /// snapshot when `snapshot` (so a blob Node refuses is found here, not in a run).
+    fn try_start(&self, plan: &Plan, snapshot: bool) -> Result<(), String> {
+        let mut prepared = plan.prepare(5);
+        let (parent, child) = StdUnixStream::pair().map_err(|e| e.to_string())?;
+        let fd = child.as_raw_fd();
+        let mut cmd = std::process::Command::new(&self.node.path);
+        cmd.args(&self.args);
+        match (&self.snapshot, snapshot) {
+            (Some(blob), true) => cmd.arg("--snapshot-blob").arg(blob),
+            _ => cmd.arg("-e").arg(RUNTIME_JS),
         };
-        let first = match try_start(&self.plan) {
+        cmd.env_clear()
+            .current_dir(&self.workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: `apply` makes only raw system calls (see barriers.rs).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || prepared.apply(fd));
+        }
+        let mut process = cmd.spawn().map_err(|e| e.to_string())?;
+        drop(child);
+        let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
+        let _ = parent.set_read_timeout(Some(startup));
+        let mut line = Vec::new();
+        let read = std::io::BufRead::read_until(
+            &mut std::io::BufReader::new(std::io::Read::take(&parent, 4096)),
+            b'\n',
+            &mut line,
+        );
+        let ready =
+            read.is_ok() && matches!(protocol::decode(&line, 4096), Ok(ChildFrame::Ready {}));
+        // The child is its own group leader only if setsid applied: kill it by pid.
+        let _ = process.kill();
+        let out = process.wait_with_output().map_err(|e| e.to_string())?;
+        drop(parent);
+        if ready {
+            return Ok(());
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        let err = err.trim();
+        Err(if err.is_empty() {
+            format!("node exited with {} before `ready`", out.status)
+        } else {
+            format!("node exited with {}: {err}", out.status)
+        })
+    }
+
+    /// One real start with every barrier; if that fails, finds the barrier the host
+    /// refuses by starting without each in turn. A snapshot that fails where an inline
+    /// start works is dropped (and deleted, so the next process builds it anew).
+    fn calibrate(&mut self, strict: bool) -> Result<(), SandboxError> {
+        let first = match self.try_start(&self.plan, true) {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
+        if self.snapshot.is_some() && self.try_start(&self.plan, false).is_ok() {
+            tracing::warn!("sandbox: node refused the startup snapshot ({first}); starting inline");
+            self.drop_snapshot();
+            return Ok(());
+        }
         for name in ["address space", "network namespace", "landlock", "seccomp"] {
             if !self.plan.is_applied(name) {
                 continue;
             }
             let mut trial = Plan::new(&self.policy, &self.node.path);
+            if let Some(blob) = &self.snapshot {
+                trial.allow_read(blob);
+            }
             for s in &self.plan.statuses {
                 if !s.applied {
                     trial.disable(s.name, s.detail.clone());
                 }
             }
             trial.disable(name, String::new());
-            if try_start(&trial).is_ok() {
+            if self.try_start(&trial, true).is_ok() {
                 let why = format!("refused by this host ({first})");
                 if strict {
                     return Err(SandboxError::new(
@@ -282,15 +344,34 @@ impl Sandbox {
                 return Ok(());
             }
         }
+        if self.snapshot.is_some() {
+            // Nothing started from the snapshot: try everything again inline.
+            self.drop_snapshot();
+            return self.calibrate(strict);
+        }
         Err(SandboxError::new(
             "unavailable",
             format!("node cannot start in the sandbox: {first}"),
         ))
     }
 
+    fn drop_snapshot(&mut self) {
+        if let Some(blob) = self.snapshot.take() {
+            snapshot::discard(&blob);
+        }
+    }
+
+    /// The snapshot the children start from, if any (`doctor` shows it).
+    pub fn snapshot(&self) -> Option<&Path> {
+        self.snapshot.as_deref()
+    }
+
     /// Spawns a child and waits for its `ready`.
     pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
-        let mut child = self.spawn_script(RUNTIME_JS, &[], timeout)?;
+        let mut child = match &self.snapshot {
+            Some(blob) => self.spawn_entry(Entry::Snapshot(blob), timeout)?,
+            None => self.spawn_entry(Entry::Inline(RUNTIME_JS, &[]), timeout)?,
+        };
         let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
         match tokio::time::timeout(startup, self.read_frame(&mut child)).await {
             Ok(Ok(Some(ChildFrame::Ready {}))) => Ok(child),
@@ -315,6 +396,10 @@ impl Sandbox {
         script_args: &[String],
         timeout: Duration,
     ) -> Result<Child, SandboxError> {
+        self.spawn_entry(Entry::Inline(script, script_args), timeout)
+    }
+
+    fn spawn_entry(&self, entry: Entry<'_>, timeout: Duration) -> Result<Child, SandboxError> {
         let cpu_seconds = timeout.as_secs() + 1;
         let mut prepared = self.plan.prepare(cpu_seconds);
         let (parent, child_end) = StdUnixStream::pair()
@@ -322,11 +407,12 @@ impl Sandbox {
         let child_fd: OwnedFd = child_end.into();
         let raw = child_fd.as_raw_fd();
         let mut cmd = tokio::process::Command::new(&self.node.path);
-        cmd.args(&self.args)
-            .arg("-e")
-            .arg(script)
-            .args(script_args)
-            .env_clear()
+        cmd.args(&self.args);
+        match entry {
+            Entry::Inline(script, script_args) => cmd.arg("-e").arg(script).args(script_args),
+            Entry::Snapshot(blob) => cmd.arg("--snapshot-blob").arg(blob),
+        };
+        cmd.env_clear()
             .current_dir(&self.workdir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -20,6 +20,7 @@ pub struct SandboxPolicy {
 pub struct NodePolicy {
     pub max_old_space_mib: u64,
     pub extra_flags: Vec<String>,
+    pub snapshot: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,245 @@
+//! A startup snapshot of the runtime, built at first use and cached.
+//!
+//! Any V8 flag on the command line (the heap cap is one) makes Node reject its embedded
+//! code cache, which costs ~6 ms per start here (SANDBOX-FACTS: 13–16 ms on a busier
+//! machine). A snapshot built with the same V8 flags (`--build-snapshot`) wins it back: the
+//! child then starts from `--snapshot-blob` instead of `-e RUNTIME`.
+//!
+//! What goes into the snapshot is deliberately little: the builder only registers the
+//! runtime as the function to run after deserialization. `vm` and `net` are loaded and the
+//! guest context created after the child starts, as with `-e`, because Node warns that `vm`
+//! "is not yet fully verified" in user snapshots (and aborts when a vm context is in one),
+//! and the vm context is the innermost security layer: it must be exactly the one the
+//! escape suite tests.
+//!
+//! The blob is code the child runs outside the vm, so the cache is trusted only as far as
+//! its directory is: it must be owned by this user and writable by no one else, and every
+//! blob is written under a fresh name and renamed into place.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::NodeInfo;
+
+/// The builder script: the runtime, wrapped as the deserialize-main function. `require`
+/// inside it is the builder's, which serves built-in modules after deserialization.
+pub fn builder_source(runtime: &str) -> String {
+    format!(
+        "'use strict';\n\
+         require('v8').startupSnapshot.setDeserializeMainFunction(function toolsearchRuntime() {{\n\
+         {runtime}\n\
+         }});\n"
+    )
+}
+
+/// Where blobs are kept: `$XDG_CACHE_HOME/toolsearch/snapshots`, else
+/// `$HOME/.cache/toolsearch/snapshots`; none without either (no snapshot is used).
+pub fn default_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(".cache"),
+    };
+    Some(base.join("toolsearch").join("snapshots"))
+}
+
+/// The blob for this Node, these V8 flags and this runtime: the cached one if present,
+/// else built now. `flags` are the V8 flags the children are started with; a blob built
+/// with others is refused by Node (exit 14), so they are part of the key.
+pub fn ensure(
+    dir: &Path,
+    node: &NodeInfo,
+    flags: &[String],
+    runtime: &str,
+) -> Result<PathBuf, String> {
+    let source = builder_source(runtime);
+    let blob = dir.join(format!("runtime-{}.blob", key(node, flags, &source)));
+    prepare_dir(dir)?;
+    if let Ok(meta) = fs::symlink_metadata(&blob) {
+        trusted(&blob, &meta)?;
+        return Ok(blob);
+    }
+    build(dir, &blob, node, flags, &source)?;
+    Ok(blob)
+}
+
+/// Removes a blob that Node refused, so the next process builds a fresh one.
+pub fn discard(blob: &Path) {
+    let _ = fs::remove_file(blob);
+}
+
+fn key(node: &NodeInfo, flags: &[String], source: &str) -> String {
+    // SipHash with fixed keys: stable for one toolchain; a new toolchain hashing
+    // differently only costs one rebuild.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.path.hash(&mut h);
+    node.version.hash(&mut h);
+    flags.hash(&mut h);
+    source.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+fn prepare_dir(dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(format!("{} is not owned by this user", dir.display()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+fn trusted(blob: &Path, meta: &fs::Metadata) -> Result<(), String> {
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", blob.display()));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others or not owned by this user",
+            blob.display()
+        ));
+    }
+    Ok(())
+}
+
+fn build(
+    dir: &Path,
+    blob: &Path,
+    node: &NodeInfo,
+    flags: &[String],
+    source: &str,
+) -> Result<(), String> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stem = format!(".build-{}-{n}", std::process::id());
+    let script = dir.join(format!("{stem}.js"));
+    let partial = dir.join(format!("{stem}.blob"));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&script)
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        f.write_all(source.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        drop(f);
+        let mut child = Command::new(&node.path)
+            .args(flags)
+            .arg("--snapshot-blob")
+            .arg(&partial)
+            .arg("--build-snapshot")
+            .arg(&script)
+            .env_clear()
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", node.path.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("building the snapshot took more than 30 s".to_string());
+                }
+            }
+        };
+        if !status.success() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            let tail: String = err.trim().lines().last().unwrap_or("").to_string();
+            return Err(format!(
+                "node --build-snapshot exited with {status}: {tail}"
+            ));
+        }
+        fs::set_permissions(&partial, fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        // Atomic: a concurrent process sees either no blob or a whole one.
+        fs::rename(&partial, blob).map_err(|e| format!("cannot store {}: {e}", blob.display()))
+    })();
+    let _ = fs::remove_file(&script);
+    let _ = fs::remove_file(&partial);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> Option<NodeInfo> {
+        let path = super::super::node::choose(None).ok()?;
+        super::super::node::probe(&path).ok()
+    }
+
+    #[test]
+    fn builds_once_then_reuses_and_keys_by_flags() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let snaps = dir.path().join("s");
+        let flags = vec!["--max-old-space-size=64".to_string()];
+        let a = ensure(&snaps, &node, &flags, "process.exit(0)").unwrap();
+        let built = fs::metadata(&a).unwrap().modified().unwrap();
+        let again = ensure(&snaps, &node, &flags, "process.exit(0)").unwrap();
+        assert_eq!(a, again);
+        assert_eq!(fs::metadata(&again).unwrap().modified().unwrap(), built);
+        let other = vec!["--max-old-space-size=65".to_string()];
+        assert_ne!(ensure(&snaps, &node, &other, "process.exit(0)").unwrap(), a);
+        assert_ne!(ensure(&snaps, &node, &flags, "process.exit(1)").unwrap(), a);
+        let mode = fs::metadata(&snaps).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // Nothing of the builds is left beside the blobs.
+        let names: Vec<String> = fs::read_dir(&snaps)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| n.starts_with("runtime-")), "{names:?}");
+        // The blob runs the runtime under the same flags.
+        let status = Command::new(&node.path)
+            .args(&flags)
+            .arg("--snapshot-blob")
+            .arg(&a)
+            .env_clear()
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn refuses_a_blob_others_can_write() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let flags = vec!["--max-old-space-size=64".to_string()];
+        let a = ensure(dir.path(), &node, &flags, "0").unwrap();
+        fs::set_permissions(&a, fs::Permissions::from_mode(0o666)).unwrap();
+        let err = ensure(dir.path(), &node, &flags, "0").unwrap_err();
+        assert!(err.contains("writable by others"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_build_names_the_cause_and_leaves_nothing() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let err = ensure(dir.path(), &node, &[], "}{ not javascript").unwrap_err();
+        assert!(err.contains("--build-snapshot exited"), "{err}");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
