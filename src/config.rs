@@ -388,6 +388,161 @@ struct RawConfig {
     surface: SurfaceConfig,
     #[serde(default)]
     provider: ProviderConfig,
+    #[serde(default)]
+    mcp: RawMcpConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcpConfig {
+    #[serde(default)]
+    servers: BTreeMap<String, RawMcpServer>,
+}
+
+/// `[mcp.servers.NAME]` as written: the shape MCP clients already use.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcpServer {
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default = "default_true")]
+    enabled: bool,
+    #[serde(default)]
+    startup_timeout_ms: Option<u64>,
+    #[serde(default)]
+    call_timeout_ms: Option<u64>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `[mcp]` after validation: the upstream servers by safe name (the catalog's source name).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct McpConfig {
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+/// One upstream MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServerConfig {
+    /// The key in the config file (`[mcp.servers.KEY]`).
+    pub key: String,
+    /// The safe name: ids are `mcp:NAME:tool`.
+    pub name: String,
+    pub transport: McpTransport,
+    /// Spawn (or connect) + `initialize` + the whole `tools/list`.
+    pub startup_timeout_ms: u64,
+    /// One `tools/call`.
+    pub call_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpTransport {
+    /// A child process speaking MCP on stdin/stdout. It gets `env` plus a few variables of
+    /// the host (PATH, HOME, USER, LOGNAME, SHELL, TERM, LANG, TMPDIR), not the rest.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+pub mod mcp_limits {
+    pub const STARTUP_TIMEOUT_MS: u64 = 10_000;
+    pub const CALL_TIMEOUT_MS: u64 = 60_000;
+    pub const MIN_TIMEOUT_MS: u64 = 100;
+    pub const MAX_TIMEOUT_MS: u64 = 600_000;
+}
+
+fn mcp_config(raw: RawMcpConfig, base: &Path) -> std::result::Result<McpConfig, String> {
+    let mut servers: BTreeMap<String, McpServerConfig> = BTreeMap::new();
+    for (key, s) in raw.servers {
+        let at = format!("mcp.servers.{key}");
+        if !s.enabled {
+            continue;
+        }
+        let name = crate::catalog::safe_name(&key);
+        if let Some(other) = servers.get(&name) {
+            return Err(format!(
+                "{at}: its safe name `{name}` is also the safe name of mcp.servers.{}; rename one",
+                other.key
+            ));
+        }
+        let transport = match (s.command, s.url) {
+            (Some(_), Some(_)) => {
+                return Err(format!("{at}: give `command` or `url`, not both"));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "{at}: needs `command` (a stdio server) or `url` (streamable HTTP)"
+                ));
+            }
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(format!("{at}.command: is empty"));
+                }
+                if !s.headers.is_empty() {
+                    return Err(format!("{at}.headers: only for a `url` server"));
+                }
+                McpTransport::Stdio {
+                    command,
+                    args: s.args,
+                    env: s.env,
+                    cwd: s
+                        .cwd
+                        .map(|p| if p.is_absolute() { p } else { base.join(p) }),
+                }
+            }
+            (None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!(
+                        "{at}.url = {url:?}: expected an http:// or https:// URL"
+                    ));
+                }
+                if !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
+                    return Err(format!(
+                        "{at}: `args`, `env` and `cwd` are only for a `command` server"
+                    ));
+                }
+                McpTransport::Http {
+                    url,
+                    headers: s.headers,
+                }
+            }
+        };
+        let clamp = |v: Option<u64>, default: u64| {
+            v.unwrap_or(default)
+                .clamp(mcp_limits::MIN_TIMEOUT_MS, mcp_limits::MAX_TIMEOUT_MS)
+        };
+        servers.insert(
+            name.clone(),
+            McpServerConfig {
+                key,
+                name,
+                transport,
+                startup_timeout_ms: clamp(s.startup_timeout_ms, mcp_limits::STARTUP_TIMEOUT_MS),
+                call_timeout_ms: clamp(s.call_timeout_ms, mcp_limits::CALL_TIMEOUT_MS),
+            },
+        );
+    }
+    Ok(McpConfig { servers })
 }
 
 /// `[tools]` after validation.
@@ -419,6 +574,7 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub surface: SurfaceConfig,
     pub provider: ProviderConfig,
+    pub mcp: McpConfig,
 }
 
 impl Default for Config {
@@ -443,6 +599,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             surface: SurfaceConfig::default(),
             provider: ProviderConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -541,6 +698,7 @@ impl Config {
                 )));
             }
         }
+        let mcp = mcp_config(raw.mcp, base).map_err(bad)?;
         Ok(Config {
             file: Some(path.to_path_buf()),
             tools: ToolsConfig {
@@ -582,6 +740,7 @@ impl Config {
             },
             surface: raw.surface,
             provider: raw.provider,
+            mcp,
         })
     }
 
@@ -678,6 +837,80 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config> {
         Config::from_toml_str(text, Path::new("/etc/ts/toolsearch.toml"))
+    }
+
+    #[test]
+    fn mcp_servers_in_the_usual_shape() {
+        let c = parse(
+            r#"
+[mcp.servers."My Files"]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]
+env = { DEBUG = "1" }
+cwd = "srv"
+call_timeout_ms = 5
+
+[mcp.servers.remote]
+url = "http://127.0.0.1:9000/mcp"
+headers = { Authorization = "Bearer x" }
+
+[mcp.servers.off]
+command = "nothing"
+enabled = false
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.mcp.servers.keys().collect::<Vec<_>>(),
+            ["my_files", "remote"]
+        );
+        let files = &c.mcp.servers["my_files"];
+        assert_eq!(files.key, "My Files");
+        assert_eq!(files.call_timeout_ms, mcp_limits::MIN_TIMEOUT_MS);
+        assert_eq!(files.startup_timeout_ms, mcp_limits::STARTUP_TIMEOUT_MS);
+        match &files.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                assert_eq!(command, "npx");
+                assert_eq!(args.len(), 3);
+                assert_eq!(env["DEBUG"], "1");
+                assert_eq!(cwd.as_deref(), Some(Path::new("/etc/ts/srv")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            &c.mcp.servers["remote"].transport,
+            McpTransport::Http { url, headers } if url.ends_with("/mcp") && headers.len() == 1
+        ));
+    }
+
+    #[test]
+    fn bad_mcp_servers_are_named() {
+        for (text, expect) in [
+            ("[mcp.servers.a]\n", "mcp.servers.a: needs `command`"),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n",
+                "not both",
+            ),
+            ("[mcp.servers.a]\nurl = \"ftp://h\"\n", "mcp.servers.a.url"),
+            (
+                "[mcp.servers.a]\nurl = \"http://h\"\nargs = [\"x\"]\n",
+                "only for a `command` server",
+            ),
+            ("[mcp.servers.a]\ncommand = \"x\"\nport = 1\n", "port"),
+            (
+                "[mcp.servers.A]\ncommand = \"x\"\n[mcp.servers.a]\ncommand = \"y\"\n",
+                "safe name `a`",
+            ),
+            ("[mcp.servers.a]\ncommand = 3\n", "mcp.servers.a.command"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(expect), "{text}: {err}");
+        }
     }
 
     #[test]

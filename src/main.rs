@@ -333,13 +333,13 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let catalog = dispatcher.catalog();
             if json {
                 let mut v =
-                    serde_json::to_value(CatalogJson::of(catalog, mode)).unwrap_or_default();
+                    serde_json::to_value(CatalogJson::of(&catalog, mode)).unwrap_or_default();
                 if let Some(status) = &code_mode {
                     v["code_mode"] = serde_json::to_value(status).unwrap_or_default();
                 }
                 print_json(&v);
             } else {
-                let mut text = report::catalog(catalog, mode);
+                let mut text = report::catalog(&catalog, mode);
                 match &code_mode {
                     Some(s) if s.available => {
                         if let Some(n) = &s.node {
@@ -488,7 +488,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 required: &loaded.config.surface.required,
                 code_timeout_ms: catalog.settings().code_timeout_ms,
             };
-            let planned = toolsearch::surface::plan_request(catalog, &options, provider, "", true)?;
+            let planned =
+                toolsearch::surface::plan_request(&catalog, &options, provider, "", true)?;
             loaded.dispatcher.log().event(
                 "request",
                 serde_json::json!({

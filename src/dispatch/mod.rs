@@ -66,7 +66,9 @@ impl CallRequest {
 
 /// The dispatch path of one session.
 pub struct Dispatcher {
-    catalog: Arc<Catalog>,
+    /// The newest catalog: a host with MCP servers replaces it when a server's tool list
+    /// changes; every call works on the one it read at its start.
+    catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
     approvals: Approvals,
     approver: Arc<dyn Approver>,
     before: Vec<Arc<dyn BeforeToolCall>>,
@@ -84,7 +86,7 @@ pub struct Dispatcher {
 /// Builds a [`Dispatcher`]; everything but the catalog has a default (no approvals, deny
 /// any approval asked, no hooks, no MCP or client executor, no session log).
 pub struct DispatcherBuilder {
-    catalog: Arc<Catalog>,
+    catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
     approvals: Approvals,
     approver: Arc<dyn Approver>,
     before: Vec<Arc<dyn BeforeToolCall>>,
@@ -96,6 +98,11 @@ pub struct DispatcherBuilder {
 
 impl DispatcherBuilder {
     pub fn new(catalog: Arc<Catalog>) -> Self {
+        DispatcherBuilder::live(tokio::sync::watch::channel(catalog).1)
+    }
+
+    /// A dispatcher that follows a catalog another task rebuilds.
+    pub fn live(catalog: tokio::sync::watch::Receiver<Arc<Catalog>>) -> Self {
         DispatcherBuilder {
             catalog,
             approvals: Approvals::default(),
@@ -117,7 +124,8 @@ impl DispatcherBuilder {
 
     /// The config's approval rules and command hooks.
     pub fn config(mut self, config: &Config) -> Result<Self> {
-        self.approvals = Approvals::compile(&config.approvals, self.catalog.toolsets())?;
+        let catalog = Arc::clone(&self.catalog.borrow());
+        self.approvals = Approvals::compile(&config.approvals, catalog.toolsets())?;
         for (i, h) in config.hooks.before_tool_call.iter().enumerate() {
             self.before
                 .push(Arc::new(CommandHook::new("before_tool_call", i, h)));
@@ -155,8 +163,7 @@ impl DispatcherBuilder {
     }
 
     pub fn build(self) -> Dispatcher {
-        let catalog = self.catalog;
-        let counts = catalog.counts();
+        let counts = self.catalog.borrow().counts();
         self.log.event(
             "catalog",
             json!({
@@ -168,7 +175,7 @@ impl DispatcherBuilder {
             }),
         );
         Dispatcher {
-            catalog,
+            catalog: self.catalog,
             approvals: self.approvals,
             approver: self.approver,
             before: self.before,
@@ -191,8 +198,9 @@ enum Outcome {
 }
 
 impl Dispatcher {
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
+    /// The catalog now (a later rebuild does not change the one returned).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.borrow())
     }
 
     pub fn log(&self) -> &SessionLog {
@@ -205,7 +213,7 @@ impl Dispatcher {
 
     /// One search, counted and logged.
     pub fn search(&self, query: &str, limit: Option<usize>) -> Result<Vec<CompactDescriptor>> {
-        let hits = self.catalog.search(query, limit)?;
+        let hits = self.catalog().search(query, limit)?;
         self.counters.searched(1);
         self.log.event(
             "search",
@@ -216,7 +224,7 @@ impl Dispatcher {
 
     /// A batch search, counted (one per query) and logged.
     pub fn search_batch(&self, queries: &[BatchQuery]) -> Result<BatchResult> {
-        let result = self.catalog.search_batch(queries)?;
+        let result = self.catalog().search_batch(queries)?;
         self.counters.searched(queries.len() as u64);
         self.log.event(
             "search",
@@ -235,7 +243,7 @@ impl Dispatcher {
     pub fn describe(&self, tool: &str, caller: &str) -> Result<Description> {
         self.counters.described();
         let d = self
-            .catalog
+            .catalog()
             .describe(tool)
             .map_err(|e| with_recovery_hint(e, caller));
         self.log.event(
@@ -273,7 +281,8 @@ impl Dispatcher {
                 keys(&rest)
             ))),
             (None, false) => {
-                let entry = self.catalog.resolve(id)?;
+                let catalog = self.catalog();
+                let entry = catalog.resolve(id)?;
                 let schema = entry.descriptor.input_schema.value();
                 let props = schema.get("properties").and_then(Value::as_object);
                 let unknown: Vec<&String> = rest
@@ -301,7 +310,8 @@ impl Dispatcher {
     pub async fn call(&self, mut request: CallRequest) -> Result<Envelope> {
         let started = Instant::now();
         self.counters.called();
-        let entry = match self.catalog.resolve(&request.tool) {
+        let catalog = self.catalog();
+        let entry = match catalog.resolve(&request.tool) {
             Ok(e) => e,
             Err(e) => {
                 let e = with_recovery_hint(e, request.caller);

@@ -12,9 +12,11 @@ use crate::error::{Error, Result};
 /// At most this many failures are listed; the rest are counted.
 const MAX_LISTED: usize = 10;
 
+/// Keyed by tool id, with the schema text the validator was compiled from: a rebuilt
+/// catalog (an MCP server's `tools/list_changed`) may give an id a new schema.
 #[derive(Default)]
 pub(super) struct Validators {
-    cache: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+    cache: Mutex<HashMap<String, (crate::catalog::Schema, Arc<jsonschema::Validator>)>>,
 }
 
 impl Validators {
@@ -51,7 +53,8 @@ impl Validators {
 
     fn get(&self, entry: &Entry) -> Result<Arc<jsonschema::Validator>> {
         if let Ok(cache) = self.cache.lock()
-            && let Some(v) = cache.get(&entry.id)
+            && let Some((schema, v)) = cache.get(&entry.id)
+            && schema.as_str() == entry.descriptor.input_schema.as_str()
         {
             return Ok(Arc::clone(v));
         }
@@ -62,7 +65,13 @@ impl Validators {
         })?;
         let validator = Arc::new(validator);
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(entry.id.clone(), Arc::clone(&validator));
+            cache.insert(
+                entry.id.clone(),
+                (
+                    entry.descriptor.input_schema.clone(),
+                    Arc::clone(&validator),
+                ),
+            );
         }
         Ok(validator)
     }

@@ -364,7 +364,7 @@ impl Agent {
         let id = self.declared.get(name).cloned().or_else(|| {
             (self.surface.mode == Mode::Directory)
                 .then(|| {
-                    surface::deferred(catalog, name)
+                    surface::deferred(&catalog, name)
                         .ok()
                         .flatten()
                         .map(|e| e.id.clone())
@@ -457,7 +457,7 @@ impl Agent {
                         .await;
                 }
                 if self.surface.mode == Mode::Directory {
-                    match surface::deferred(d.catalog(), name) {
+                    match surface::deferred(&d.catalog(), name) {
                         Ok(Some(e)) => {
                             let id = e.id.clone();
                             return self
