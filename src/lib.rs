@@ -17,6 +17,7 @@ pub mod error;
 pub mod eval;
 pub mod executors;
 pub mod gateway;
+pub mod mcp;
 pub mod policy;
 pub mod provider;
 pub mod qa;

@@ -13,6 +13,8 @@ use serde::Serialize;
 use toolsearch::catalog::BatchQuery;
 use toolsearch::config::Mode;
 use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
+use toolsearch::executors::{Executor, Executors};
+use toolsearch::mcp::{Hub, Sources};
 use toolsearch::policy::approval::CliApprover;
 use toolsearch::sandbox::Sandbox;
 use toolsearch::telemetry::{self, SessionLog};
@@ -133,6 +135,11 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8788")]
         listen: String,
     },
+    /// MCP: toolsearch as an MCP server.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// A scripted OpenAI-compatible provider for QA that records every request.
     MockProvider {
         #[arg(long, default_value = "127.0.0.1:8787")]
@@ -170,6 +177,22 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Serve the configured mode's surface (tool_search_code, or the structured tools,
+    /// plus direct-only tools) over the merged catalog: on stdio, or streamable HTTP at
+    /// http://ADDR/mcp with --listen.
+    Serve {
+        /// Serve streamable HTTP on this address instead of stdio.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Approve calls to tools matching this pattern (repeatable); other approvals are
+        /// denied (stdin is the MCP channel, or there is no one to ask).
+        #[arg(long, value_name = "PATTERN")]
+        approve: Vec<String>,
+    },
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -193,7 +216,7 @@ fn main() -> ExitCode {
         | Command::Doctor { json }
         | Command::Surface { json, .. }
         | Command::Eval { json, .. } => *json,
-        Command::Gateway { .. } | Command::MockProvider { .. } => false,
+        Command::Gateway { .. } | Command::MockProvider { .. } | Command::Mcp { .. } => false,
         Command::Qa {
             check: QaCheck::ToolSearchGatewayE2e { json, .. },
         } => *json,
@@ -234,13 +257,42 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The async runtime of the commands that need one (call, code, doctor, the servers, QA).
-fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The async runtime of the commands that need one (call, code, doctor, the servers, QA,
+/// and any command once MCP servers are configured). One per process: the MCP servers'
+/// connections live on it for the whole command.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))
+        .map_err(|e| Error::Usage(format!("cannot start the async runtime: {e}")))?;
+    Ok(RUNTIME.get_or_init(|| rt))
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+fn runtime_if(needed: bool) -> Result<Option<&'static tokio::runtime::Runtime>, Error> {
+    if needed {
+        runtime().map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 fn cli_mode(m: Option<CliMode>) -> Option<Mode> {
@@ -268,6 +320,10 @@ struct Loaded {
     config: Config,
     dispatcher: Dispatcher,
     mode: Mode,
+    /// The upstream MCP servers, stopped when this is dropped.
+    hub: Option<Arc<Hub>>,
+    /// The catalog as it follows the servers (hosts that outlive one command use it).
+    catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
 }
 
 impl Globals {
@@ -276,7 +332,22 @@ impl Globals {
         let config = Config::load(self.config.as_deref())?;
         let mode =
             cli_mode(self.mode).unwrap_or_else(|| config.mode_for(self.agent.as_deref(), None));
-        let catalog = Arc::new(Catalog::load(&config, &self.catalogs)?);
+        let local = toolsearch::catalog::load_descriptors(&config, &self.catalogs)?;
+        let hub = if config.mcp.servers.is_empty() {
+            None
+        } else {
+            Some(runtime()?.block_on(Hub::start(&config.mcp)))
+        };
+        let sources = Arc::new(Sources {
+            config: config.clone(),
+            local,
+            hub: hub.clone(),
+        });
+        let live = {
+            let _on = runtime_if(hub.is_some())?.map(|rt| rt.enter());
+            sources.live()?
+        };
+        let catalog = Arc::clone(&live.borrow());
         let state_dir = self
             .state_dir
             .clone()
@@ -287,15 +358,22 @@ impl Globals {
             .unwrap_or_else(telemetry::new_session_id);
         let log = Arc::new(SessionLog::open(&state_dir, &session)?);
         let approver = Arc::new(CliApprover::new(approve, catalog.toolsets())?);
-        let dispatcher = DispatcherBuilder::new(catalog)
+        let executors = Executors {
+            mcp: hub.clone().map(|h| h as Arc<dyn Executor>),
+            client: None,
+        };
+        let dispatcher = DispatcherBuilder::live(live.clone())
             .config(&config)?
             .approver(approver)
+            .executors(executors)
             .session_log(log)
             .build();
         Ok(Loaded {
             config,
             dispatcher,
             mode,
+            hub,
+            catalog: live,
         })
     }
 }
@@ -315,7 +393,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 config,
                 dispatcher,
                 mode,
+                hub,
+                ..
             } = globals.load(&[])?;
+            let servers = hub.as_ref().map(|h| h.status()).unwrap_or_default();
             // Code mode needs a usable Node; without one the surface falls back to tools
             // mode, and the catalog says so.
             let code_mode = (mode == Mode::Code)
@@ -337,6 +418,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 if let Some(status) = &code_mode {
                     v["code_mode"] = serde_json::to_value(status).unwrap_or_default();
                 }
+                if !servers.is_empty() {
+                    v["mcp_servers"] = serde_json::to_value(&servers).unwrap_or_default();
+                }
                 print_json(&v);
             } else {
                 let mut text = report::catalog(&catalog, mode);
@@ -357,6 +441,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     )),
                     None => {}
                 }
+                text.push_str(&report::mcp_servers(&servers));
                 print_text(&text);
             }
         }
@@ -525,6 +610,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 &toolsearch::catalog::Facts {
                     config: &config,
                     env: &toolsearch::catalog::Facts::process_env,
+                    sources_down: &Default::default(),
                 },
             )?);
             let provider = toolsearch::provider::Provider::parse(&config.provider.kind)?;
@@ -571,6 +657,62 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     .serve(listener)
                     .await
                     .map_err(|e| Error::Usage(format!("gateway: {e}")))
+            })?;
+        }
+        Command::Mcp {
+            command: McpCommand::Serve { listen, approve },
+        } => {
+            let loaded = globals.load(&approve)?;
+            let mode = loaded.mode;
+            let runtime = runtime()?;
+            let sandbox = if matches!(mode, Mode::Code | Mode::Auto) {
+                Sandbox::from_config(&loaded.config.sandbox)
+                    .map(Arc::new)
+                    .map_err(|e| e.message)
+            } else {
+                Err(format!("mode {} does not run code", mode.as_str()))
+            };
+            let timeout =
+                Duration::from_millis(loaded.dispatcher.catalog().settings().code_timeout_ms);
+            let hub = loaded.hub.clone();
+            runtime.block_on(async {
+                let spares = match (&sandbox, loaded.config.sandbox.spares) {
+                    (Ok(sb), n) if n > 0 => Some(toolsearch::sandbox::spares::SparePool::start(
+                        Arc::clone(sb),
+                        n,
+                        timeout,
+                    )),
+                    _ => None,
+                };
+                let host =
+                    toolsearch::mcp::serve::McpHost::new(toolsearch::mcp::serve::ServeParts {
+                        config: loaded.config.clone(),
+                        mode,
+                        dispatcher: Arc::new(loaded.dispatcher),
+                        sandbox,
+                        spares: spares.clone(),
+                    })?;
+                host.follow(loaded.catalog.clone());
+                let served = match listen {
+                    None => host.serve_stdio().await,
+                    Some(listen) => {
+                        let listener = tokio::net::TcpListener::bind(&listen)
+                            .await
+                            .map_err(|e| Error::Usage(format!("cannot listen on {listen}: {e}")))?;
+                        let addr = listener
+                            .local_addr()
+                            .map_err(|e| Error::Usage(e.to_string()))?;
+                        print_text(&format!("listening on http://{addr}/mcp\n"));
+                        host.serve_http(listener, shutdown_signal()).await
+                    }
+                };
+                if let Some(pool) = spares {
+                    pool.stop();
+                }
+                if let Some(hub) = hub {
+                    hub.stop().await;
+                }
+                served
             })?;
         }
         Command::MockProvider {

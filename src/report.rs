@@ -289,3 +289,29 @@ pub fn surface(p: &crate::surface::Planned) -> String {
     }
     out
 }
+
+/// The upstream MCP servers, one line each (nothing when none is configured).
+pub fn mcp_servers(servers: &[crate::mcp::upstream::ServerStatus]) -> String {
+    let mut out = String::new();
+    if servers.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nMCP servers:");
+    for s in servers {
+        if s.up {
+            let _ = writeln!(
+                out,
+                "  {}: up, {} tools (protocol {})",
+                s.name,
+                s.tools,
+                s.protocol.as_deref().unwrap_or("?")
+            );
+        } else {
+            let _ = writeln!(out, "  {}: DOWN", s.name);
+        }
+        for n in &s.notes {
+            let _ = writeln!(out, "    {n}");
+        }
+    }
+    out
+}

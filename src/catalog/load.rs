@@ -324,34 +324,72 @@ fn parse_mcp_result(
     let server = safe_name(&server);
     let mut out = Vec::with_capacity(result.tools.len());
     for (i, tool) in result.tools.into_iter().enumerate() {
-        let (input_schema, output_schema) = schemas(
-            ("inputSchema", &tool.input_schema),
-            tool.output_schema.as_ref().map(|o| ("outputSchema", o)),
-        )
-        .map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
-        let descriptor = ToolDescriptor {
-            executor: Some(ExecutorSpec::Mcp {
-                server: server.clone(),
-                tool: tool.name.clone(),
-            }),
-            name: tool.name,
-            description: tool.description.unwrap_or_default(),
-            input_schema,
-            output_schema,
-            label: tool.title,
-            source: Source::Mcp,
-            source_name: server.clone(),
-            catalog_mode: CatalogMode::Catalog,
-            availability: None,
-            tags: Vec::new(),
-            sort_key: None,
-            execution_mode: ExecutionMode::Parallel,
-            origin: format!("{}#/tools/{i}", path.display()),
-        };
-        validate(&descriptor).map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?;
-        out.push(descriptor);
+        let origin = format!("{}#/tools/{i}", path.display());
+        out.push(
+            mcp_descriptor(&server, tool, origin)
+                .map_err(|(p, m)| (format!("/tools/{i}{p}"), m))?,
+        );
     }
     Ok(out)
+}
+
+/// One tool of MCP's `tools/list`, checked like any descriptor (its schemas are kept as
+/// given: they are never indexed, being untrusted).
+fn mcp_descriptor(
+    server: &str,
+    tool: RawMcpTool,
+    origin: String,
+) -> std::result::Result<ToolDescriptor, Located> {
+    let (input_schema, output_schema) = schemas(
+        ("inputSchema", &tool.input_schema),
+        tool.output_schema.as_ref().map(|o| ("outputSchema", o)),
+    )?;
+    let descriptor = ToolDescriptor {
+        executor: Some(ExecutorSpec::Mcp {
+            server: server.to_string(),
+            tool: tool.name.clone(),
+        }),
+        name: tool.name,
+        description: tool.description.unwrap_or_default(),
+        input_schema,
+        output_schema,
+        label: tool.title,
+        source: Source::Mcp,
+        source_name: server.to_string(),
+        catalog_mode: CatalogMode::Catalog,
+        availability: None,
+        tags: Vec::new(),
+        sort_key: None,
+        execution_mode: ExecutionMode::Parallel,
+        origin,
+    };
+    validate(&descriptor)?;
+    Ok(descriptor)
+}
+
+/// The tools a live MCP server listed (each as it came on the wire), as descriptors of
+/// source `mcp:SERVER`. A tool that fails the checks is left out and named in the second
+/// list, so one bad tool does not hide a whole server.
+pub fn mcp_server_tools(server: &str, tools: Vec<Value>) -> (Vec<ToolDescriptor>, Vec<String>) {
+    let mut out = Vec::with_capacity(tools.len());
+    let mut skipped = Vec::new();
+    for (i, value) in tools.into_iter().enumerate() {
+        let name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .chars()
+            .take(64)
+            .collect::<String>();
+        let parsed = typed::<RawMcpTool>(value).and_then(|t| {
+            mcp_descriptor(server, t, format!("mcp server `{server}`, tools/list #{i}"))
+        });
+        match parsed {
+            Ok(d) => out.push(d),
+            Err((p, m)) => skipped.push(format!("tool #{i} `{name}` left out: {p}: {m}")),
+        }
+    }
+    (out, skipped)
 }
 
 /// The function of an OpenAI tool: nested under `function` (Chat Completions) or at the

@@ -141,6 +141,7 @@ pub struct Catalog {
     settings: ToolSearchSettings,
     toolsets: Toolsets,
     policy: Policy,
+    sources_down: BTreeMap<String, String>,
 }
 
 /// Counts by source, for `catalog` and telemetry.
@@ -192,7 +193,13 @@ impl Catalog {
             settings: facts.config.tools.tool_search.clone(),
             toolsets: plan.toolsets,
             policy: plan.policy,
+            sources_down: facts.sources_down.clone(),
         })
+    }
+
+    /// Sources whose tools are hidden because they cannot run now, with why.
+    pub fn sources_down(&self) -> &BTreeMap<String, String> {
+        &self.sources_down
     }
 
     /// Loads the catalog paths (or the embedded demo when there are none) and builds.
@@ -203,6 +210,7 @@ impl Catalog {
             &Facts {
                 config,
                 env: &Facts::process_env,
+                sources_down: &Default::default(),
             },
         )
     }
@@ -373,6 +381,17 @@ impl Catalog {
                     .join("; "),
             });
         }
+        // An id of a source that is down (an MCP server that never listed its tools, so
+        // the tool is not even hidden by name): say the server is unavailable, so a model
+        // stops retrying.
+        if let Some((source, _)) = requested.rsplit_once(':')
+            && let Some(why) = self.sources_down.get(source)
+        {
+            return Err(Error::UnavailableTool {
+                id: requested.to_string(),
+                reason: why.clone(),
+            });
+        }
         Err(Error::UnknownTool {
             requested: requested.to_string(),
             suggestions: self.suggest(requested),
@@ -470,6 +489,7 @@ mod tests {
             &Facts {
                 config: &config,
                 env: &|_| None,
+                sources_down: &Default::default(),
             },
         )
         .unwrap()

@@ -34,7 +34,8 @@ use crate::policy::{PatternSet, Policy, Toolsets};
 /// Why a tool is not offered, in the words of one failing signal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Diagnostic {
-    /// The signal that failed: `auth`, `config`, `env`, `plugin-enabled`, `context`.
+    /// The signal that failed: `auth`, `config`, `env`, `plugin-enabled`, `context`, or
+    /// `source-down`.
     pub reason: String,
     pub message: String,
 }
@@ -78,6 +79,9 @@ pub struct Facts<'a> {
     pub config: &'a Config,
     /// Reads an environment variable; a parameter so tests need not touch the process's.
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// Sources that cannot run their tools now (`mcp:NAME` of an MCP server that failed
+    /// to start, timed out or died), with why: their tools are hidden, fail closed.
+    pub sources_down: &'a BTreeMap<String, String>,
 }
 
 impl Facts<'_> {
@@ -146,6 +150,16 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
             && let Err(d) = check(a, facts, &plugins)
         {
             diagnostics.extend(d);
+        }
+        if let Some(why) =
+            facts
+                .sources_down
+                .get(&format!("{}:{}", tool.source.as_str(), tool.source_name))
+        {
+            diagnostics.push(Diagnostic {
+                reason: "source-down".into(),
+                message: why.clone(),
+            });
         }
         if diagnostics.is_empty() {
             visible.push(tool);
@@ -432,6 +446,7 @@ mod tests {
             &Facts {
                 config,
                 env: &lookup,
+                sources_down: &Default::default(),
             },
         )
     }

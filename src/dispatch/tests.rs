@@ -83,6 +83,7 @@ fn catalog(config: &Config) -> Arc<Catalog> {
             &Facts {
                 config,
                 env: &|_| None,
+                sources_down: &Default::default(),
             },
         )
         .unwrap(),

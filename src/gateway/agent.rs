@@ -214,6 +214,25 @@ impl Agent {
         &self.surface
     }
 
+    /// Runs one call of a surface tool, exactly as a model's call in a turn runs (hosts
+    /// without a model loop, such as `mcp serve`, come through here): the text the model
+    /// reads, and whether it is an error.
+    pub async fn run_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+        run_id: &str,
+        cancel: CancellationToken,
+    ) -> (String, bool) {
+        let call = ToolCall {
+            id: run_id.to_string(),
+            name: name.to_string(),
+            arguments,
+        };
+        let out = self.run_one(&call, run_id, cancel).await;
+        (out.text, out.is_error)
+    }
+
     /// Runs one turn: `prompt` and `history` to the model, tool calls until it is done.
     pub async fn run_turn(
         self: &Arc<Self>,

@@ -298,6 +298,7 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
             &Facts {
                 config: &gw.config,
                 env: &Facts::process_env,
+                sources_down: &Default::default(),
             },
         ) {
             Ok(c) => Arc::new(c),

@@ -11,6 +11,7 @@ fn catalog_with(config_text: &str, tools: Vec<crate::ToolDescriptor>) -> Catalog
         &Facts {
             config: &config,
             env: &|_| None,
+            sources_down: &Default::default(),
         },
     )
     .unwrap()

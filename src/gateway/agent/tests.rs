@@ -180,6 +180,7 @@ fn agent(mode: Mode) -> (Arc<Agent>, Arc<Gauge>) {
             &Facts {
                 config: &config,
                 env: &|_| None,
+                sources_down: &Default::default(),
             },
         )
         .unwrap(),

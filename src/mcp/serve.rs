@@ -1,0 +1,262 @@
+//! `toolsearch mcp serve`: the surface of the configured mode as an MCP server.
+//!
+//! What an MCP client lists is what a model would be given: `tool_search_code` (code
+//! mode), or `tool_search`/`tool_describe`/`tool_call` (tools and directory modes), plus
+//! the direct-only tools; every tool in direct mode. The directory of directory mode goes
+//! in the server's `instructions`. A call runs through [`Agent::run_tool`], the very code
+//! a model's call in a gateway turn runs, so search, describe, call, the sandbox, policy,
+//! approvals, hooks and the session log all apply unchanged. When the catalog changes (an
+//! upstream server's `tools/list_changed`, or a server that died), the surface is rebuilt
+//! and connected clients are sent `notifications/tools/list_changed` if what they list
+//! changed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::config::{Config, Mode};
+use crate::dispatch::Dispatcher;
+use crate::error::{Error, Result};
+use crate::gateway::agent::Agent;
+use crate::sandbox::Sandbox;
+use crate::sandbox::spares::SparePool;
+use crate::surface::{self, Surface};
+
+/// What `mcp serve` runs with.
+pub struct ServeParts {
+    pub config: Config,
+    pub mode: Mode,
+    pub dispatcher: Arc<Dispatcher>,
+    /// `None` with the reason when code mode cannot run here (the surface falls back).
+    pub sandbox: std::result::Result<Arc<Sandbox>, String>,
+    pub spares: Option<Arc<SparePool>>,
+}
+
+struct Current {
+    agent: Arc<Agent>,
+    tools: Vec<Tool>,
+    instructions: String,
+}
+
+/// The state behind every MCP session of one `mcp serve`.
+pub struct McpHost {
+    parts: ServeParts,
+    current: RwLock<Current>,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    runs: AtomicU64,
+}
+
+const INSTRUCTIONS: &str = "toolsearch: search a large tool catalog and call tools through it, \
+instead of listing every tool. Start from the tools listed here.";
+
+impl McpHost {
+    pub fn new(parts: ServeParts) -> Result<Arc<Self>> {
+        let current = build(&parts, &parts.dispatcher.catalog())?;
+        Ok(Arc::new(McpHost {
+            parts,
+            current: RwLock::new(current),
+            peers: Mutex::new(Vec::new()),
+            runs: AtomicU64::new(0),
+        }))
+    }
+
+    /// The surface tools as MCP lists them now.
+    pub fn tools(&self) -> Vec<Tool> {
+        read(&self.current).tools.clone()
+    }
+
+    /// Rebuilds the surface whenever `catalog` changes, telling clients when their list
+    /// changed. Ends when the sender is gone.
+    pub fn follow(self: &Arc<Self>, mut catalog: tokio::sync::watch::Receiver<Arc<Catalog>>) {
+        let host = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while catalog.changed().await.is_ok() {
+                let latest = Arc::clone(&catalog.borrow_and_update());
+                let Some(host) = host.upgrade() else { return };
+                match build(&host.parts, &latest) {
+                    Ok(next) => {
+                        let changed = {
+                            let mut cur = host.current.write().unwrap_or_else(|p| p.into_inner());
+                            let changed = cur.tools != next.tools;
+                            *cur = next;
+                            changed
+                        };
+                        if changed {
+                            host.notify_tools_changed().await;
+                        }
+                    }
+                    Err(e) => tracing::warn!("mcp serve: surface not rebuilt: {e}"),
+                }
+            }
+        });
+    }
+
+    async fn notify_tools_changed(&self) {
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut p = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            p.retain(|peer| !peer.is_transport_closed());
+            p.clone()
+        };
+        for peer in peers {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+
+    /// Serves one client on stdin/stdout until it closes them.
+    pub async fn serve_stdio(self: Arc<Self>) -> Result<()> {
+        let running = Handler(self)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::Unavailable(format!("mcp serve: {e}")))?;
+        let _ = running.waiting().await;
+        Ok(())
+    }
+
+    /// Serves streamable HTTP at `/mcp` until `shutdown` resolves.
+    pub async fn serve_http(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+        let stop = tokio_util::sync::CancellationToken::new();
+        let host = Arc::clone(&self);
+        let service = StreamableHttpService::new(
+            move || Ok(Handler(Arc::clone(&host))),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
+        );
+        let app = axum::Router::new().route_service("/mcp", service);
+        let stopping = stop.clone();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                stopping.cancel();
+            })
+            .await
+            .map_err(|e| Error::Unavailable(format!("mcp serve: {e}")))
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The surface for `catalog`, as MCP tools and an agent that runs their calls.
+fn build(parts: &ServeParts, catalog: &Arc<Catalog>) -> Result<Current> {
+    let options = surface::Options {
+        mode: parts.mode,
+        code_available: parts.sandbox.as_ref().map(|_| ()).map_err(Clone::clone),
+        // No prompt: an MCP server does not see the conversation, so no "likely" schemas.
+        prompt: "",
+        context_window: parts.config.surface.context_window,
+        likely: 0,
+        required: &parts.config.surface.required,
+        code_timeout_ms: catalog.settings().code_timeout_ms,
+    };
+    let surface: Surface = surface::build(catalog, &options)?;
+    let tools = surface
+        .tools
+        .iter()
+        .map(|t| {
+            let schema = match &t.parameters {
+                Value::Object(m) => m.clone(),
+                _ => serde_json::Map::new(),
+            };
+            Tool::new(t.name.clone(), t.description.clone(), Arc::new(schema))
+        })
+        .collect();
+    let instructions = if surface.system.is_empty() {
+        INSTRUCTIONS.to_string()
+    } else {
+        surface.system.clone()
+    };
+    let agent = Agent::new(
+        Arc::clone(&parts.dispatcher),
+        surface,
+        parts.sandbox.as_ref().ok().cloned(),
+        Duration::from_millis(catalog.settings().code_timeout_ms),
+        parts.config.provider.max_rounds,
+    )
+    .with_spares(parts.spares.clone());
+    Ok(Current {
+        agent: Arc::new(agent),
+        tools,
+        instructions,
+    })
+}
+
+#[derive(Clone)]
+struct Handler(Arc<McpHost>);
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolsearch", env!("CARGO_PKG_VERSION")))
+        .with_instructions(read(&self.0.current).instructions.clone())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.0
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        // One page: the surface is a few tools except in direct mode, which is for small
+        // catalogs.
+        Ok(ListToolsResult::with_all_items(self.0.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let agent = Arc::clone(&read(&self.0.current).agent);
+        if !agent.surface().tools.iter().any(|t| t.name == request.name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`: call tools/list", request.name),
+                None,
+            ));
+        }
+        let run = self.0.runs.fetch_add(1, Ordering::Relaxed) + 1;
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let (text, is_error) = agent
+            .run_tool(
+                &request.name,
+                args,
+                &format!("mcp-{run}"),
+                context.ct.clone(),
+            )
+            .await;
+        let content = vec![ContentBlock::text(text)];
+        Ok(if is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        }
+        .into())
+    }
+}

@@ -1,0 +1,722 @@
+//! Upstream MCP servers: started, listed, called, watched, stopped.
+//!
+//! A [`Hub`] holds every server of `[mcp.servers]`. [`Hub::start`] starts them all at once
+//! (each within its `startup_timeout_ms`: spawn or connect, `initialize`, every page of
+//! `tools/list`); the host then builds its catalog from [`Hub::snapshot`], which gives the
+//! tools of the servers that are up and, for each server that is not, why: the planner
+//! hides a down server's tools and a call to one says the server is unavailable, by name.
+//!
+//! A stdio server is our own child process (not rmcp's process wrapper): its own process
+//! group, so a server started through `npx` (npm, a shell, then node) dies whole; the
+//! environment is the configured `env` plus a few variables of the host (PATH, HOME, ...),
+//! never the rest (the host's API keys stay out); stderr kept as a short tail for the
+//! message that names a failure. Stopping is SIGTERM to the group, a short grace, then
+//! SIGKILL; a dropped hub kills at once.
+//!
+//! `notifications/tools/list_changed` makes the hub list that server again and bump its
+//! generation ([`Hub::subscribe`]); hosts rebuild their catalog on every bump, and also
+//! when a server dies.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, ContentBlock, Implementation, PaginatedRequestParams, ResourceContents,
+    ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::ToolDescriptor;
+use crate::catalog::load::mcp_server_tools;
+use crate::config::{McpConfig, McpServerConfig, McpTransport};
+use crate::executors::{ExecCall, ExecFuture, Executor, ToolOutput};
+
+/// Bounds on what one server may list.
+pub mod limits {
+    pub const MAX_PAGES: usize = 100;
+    pub const MAX_TOOLS: usize = 10_000;
+    /// Characters of a server's stderr kept for the message naming its failure.
+    pub const STDERR_TAIL_CHARS: usize = 600;
+    /// Between SIGTERM and SIGKILL when the host stops.
+    pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+}
+
+/// Host variables a stdio server gets besides its configured `env` (what MCP clients
+/// commonly pass: enough for `npx`, `uvx` and a shell to work).
+const HOST_VARS: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TMPDIR",
+];
+
+/// Every configured server.
+pub struct Hub {
+    servers: BTreeMap<String, Arc<Upstream>>,
+    generation: watch::Sender<u64>,
+    stop: CancellationToken,
+}
+
+struct Upstream {
+    config: McpServerConfig,
+    state: Mutex<State>,
+    /// The process group of a stdio server while it is not reaped (killing a group id
+    /// after its leader was reaped could hit an unrelated process).
+    pgid: Mutex<Option<i32>>,
+}
+
+enum State {
+    Up {
+        peer: Peer<RoleClient>,
+        tools: Vec<ToolDescriptor>,
+        skipped: Vec<String>,
+        protocol: String,
+    },
+    Down {
+        why: String,
+    },
+}
+
+/// One server, for `catalog` and `doctor`-like reports.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServerStatus {
+    pub name: String,
+    pub up: bool,
+    pub tools: usize,
+    /// Why it is down, or the tools it listed that were left out.
+    pub notes: Vec<String>,
+    pub protocol: Option<String>,
+}
+
+/// Forwards `tools/list_changed` to the hub's event loop (listing again from inside the
+/// notification handler would wait on the very service task that runs it).
+#[derive(Clone)]
+struct Handler {
+    name: String,
+    events: mpsc::UnboundedSender<String>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.events.send(self.name.clone());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolsearch", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+impl Hub {
+    /// Starts every server and waits until each is up or has failed (none waits longer
+    /// than its own startup timeout). Needs a tokio runtime that outlives the hub.
+    pub async fn start(config: &McpConfig) -> Arc<Hub> {
+        let (events, mut incoming) = mpsc::unbounded_channel::<String>();
+        let servers: BTreeMap<String, Arc<Upstream>> = config
+            .servers
+            .values()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    Arc::new(Upstream {
+                        config: c.clone(),
+                        state: Mutex::new(State::Down {
+                            why: "starting".into(),
+                        }),
+                        pgid: Mutex::new(None),
+                    }),
+                )
+            })
+            .collect();
+        let hub = Arc::new(Hub {
+            servers,
+            generation: watch::channel(0).0,
+            stop: CancellationToken::new(),
+        });
+        let starts = hub.servers.values().map(|up| {
+            let weak = Arc::downgrade(&hub);
+            let up = Arc::clone(up);
+            let events = events.clone();
+            let stop = hub.stop.clone();
+            async move { up.connect(weak, events, stop).await }
+        });
+        futures::future::join_all(starts).await;
+        let weak = Arc::downgrade(&hub);
+        let stop = hub.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let name = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    n = incoming.recv() => match n { Some(n) => n, None => return },
+                };
+                let Some(hub) = weak.upgrade() else { return };
+                if let Some(up) = hub.servers.get(&name) {
+                    up.relist().await;
+                    hub.bump();
+                }
+            }
+        });
+        hub
+    }
+
+    /// Bumped whenever a server's tools or state changed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn bump(&self) {
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// The tools of the servers that are up, and `mcp:NAME` → why for each that is not,
+    /// together (one lock per server, so a tool list and its server's state agree).
+    pub fn snapshot(&self) -> (Vec<ToolDescriptor>, BTreeMap<String, String>) {
+        let mut tools = Vec::new();
+        let mut down = BTreeMap::new();
+        for (name, up) in &self.servers {
+            match &*lock(&up.state) {
+                State::Up { tools: t, .. } => tools.extend(t.iter().cloned()),
+                State::Down { why } => {
+                    down.insert(
+                        format!("mcp:{name}"),
+                        format!("MCP server `{name}` is unavailable: {why}"),
+                    );
+                }
+            }
+        }
+        (tools, down)
+    }
+
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.servers
+            .iter()
+            .map(|(name, up)| match &*lock(&up.state) {
+                State::Up {
+                    tools,
+                    skipped,
+                    protocol,
+                    ..
+                } => ServerStatus {
+                    name: name.clone(),
+                    up: true,
+                    tools: tools.len(),
+                    notes: skipped.clone(),
+                    protocol: Some(protocol.clone()),
+                },
+                State::Down { why } => ServerStatus {
+                    name: name.clone(),
+                    up: false,
+                    tools: 0,
+                    notes: vec![why.clone()],
+                    protocol: None,
+                },
+            })
+            .collect()
+    }
+
+    /// Stops every server: SIGTERM to each stdio server's group, a short grace, SIGKILL.
+    pub async fn stop(&self) {
+        self.stop.cancel();
+        for up in self.servers.values() {
+            up.signal(nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + limits::STOP_GRACE;
+        while Instant::now() < deadline && self.servers.values().any(|u| lock(&u.pgid).is_some()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for up in self.servers.values() {
+            up.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        for up in self.servers.values() {
+            up.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The transport's `initialize` and the paged `tools/list`, or why not.
+type Connected = (RunningService<RoleClient, Handler>, Vec<Value>);
+
+impl Upstream {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pgid) = *lock(&self.pgid) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
+        }
+    }
+
+    fn set_down(&self, why: String) {
+        tracing::warn!("mcp: server `{}` is unavailable: {why}", self.name());
+        *lock(&self.state) = State::Down { why };
+    }
+
+    async fn connect(
+        self: Arc<Self>,
+        hub: Weak<Hub>,
+        events: mpsc::UnboundedSender<String>,
+        stop: CancellationToken,
+    ) {
+        let handler = Handler {
+            name: self.name().to_string(),
+            events,
+        };
+        let timeout = Duration::from_millis(self.config.startup_timeout_ms);
+        match &self.config.transport {
+            McpTransport::Stdio { .. } => {
+                let (mut child, stderr) = match self.spawn() {
+                    Ok(c) => c,
+                    Err(why) => return self.set_down(why),
+                };
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return self.set_down("no stdio pipes".into());
+                };
+                let started = tokio::time::timeout(timeout, async {
+                    let service = handler
+                        .serve((stdout, stdin))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let tools = list_all(service.peer()).await?;
+                    Ok::<Connected, String>((service, tools))
+                })
+                .await;
+                let started = match started {
+                    Ok(Ok(s)) => Ok(s),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(format!("did not start within {} ms", timeout.as_millis())),
+                };
+                match started {
+                    Ok((service, tools)) => {
+                        self.up(&service, tools);
+                        let me = Arc::clone(&self);
+                        tokio::spawn(async move {
+                            me.watch_child(service, child, stderr, hub, stop).await
+                        });
+                    }
+                    Err(e) => {
+                        self.signal(nix::sys::signal::Signal::SIGKILL);
+                        let status = child.wait().await.ok();
+                        *lock(&self.pgid) = None;
+                        // Let the stderr reader see the end of the pipe.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let tail = tail_of(&stderr);
+                        let exited = match status {
+                            Some(_) if e.contains("did not start") => String::new(),
+                            Some(s) => format!(" (exit: {s})"),
+                            None => String::new(),
+                        };
+                        self.set_down(format!("{e}{exited}{tail}"));
+                    }
+                }
+            }
+            McpTransport::Http { url, headers } => {
+                let started = tokio::time::timeout(timeout, async {
+                    let client = super::http_client::HttpClient::new(headers, timeout)?;
+                    let transport =
+                        rmcp::transport::StreamableHttpClientTransport::with_client(
+                            client,
+                            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                                url.as_str(),
+                            ),
+                        );
+                    let service = handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let tools = list_all(service.peer()).await?;
+                    Ok::<Connected, String>((service, tools))
+                })
+                .await;
+                match started {
+                    Ok(Ok((service, tools))) => {
+                        self.up(&service, tools);
+                        let me = Arc::clone(&self);
+                        tokio::spawn(async move {
+                            let why = tokio::select! {
+                                _ = stop.cancelled() => None,
+                                r = service.waiting() => Some(match r {
+                                    Ok(reason) => format!("the connection ended ({reason:?})"),
+                                    Err(e) => format!("the connection ended ({e})"),
+                                }),
+                            };
+                            if let Some(why) = why {
+                                me.set_down(why);
+                                if let Some(hub) = hub.upgrade() {
+                                    hub.bump();
+                                }
+                            }
+                        });
+                    }
+                    Ok(Err(e)) => self.set_down(format!("{url}: {e}")),
+                    Err(_) => self.set_down(format!(
+                        "{url}: did not answer within {} ms",
+                        timeout.as_millis()
+                    )),
+                }
+            }
+        }
+    }
+
+    fn up(&self, service: &RunningService<RoleClient, Handler>, tools: Vec<Value>) {
+        let (tools, skipped) = mcp_server_tools(self.name(), tools);
+        for s in &skipped {
+            tracing::warn!("mcp: server `{}`: {s}", self.name());
+        }
+        let protocol = service
+            .peer_info()
+            .map(|i| i.protocol_version.to_string())
+            .unwrap_or_default();
+        *lock(&self.state) = State::Up {
+            peer: service.peer().clone(),
+            tools,
+            skipped,
+            protocol,
+        };
+    }
+
+    fn spawn(&self) -> Result<(tokio::process::Child, Arc<Mutex<String>>), String> {
+        let McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } = &self.config.transport
+        else {
+            return Err("not a stdio server".into());
+        };
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args).env_clear();
+        for var in HOST_VARS {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        cmd.envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        // SAFETY: one raw prctl between fork and exec. A host killed outright then still
+        // takes its servers with it (the process group is the servers' own).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+        *lock(&self.pgid) = child.id().and_then(|p| i32::try_from(p).ok());
+        let tail = Arc::new(Mutex::new(String::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let tail = Arc::clone(&tail);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut t = lock(&tail);
+                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    let len = t.chars().count();
+                    if len > limits::STDERR_TAIL_CHARS * 4 {
+                        *t = t.chars().skip(len - limits::STDERR_TAIL_CHARS).collect();
+                    }
+                }
+            });
+        }
+        Ok((child, tail))
+    }
+
+    /// Waits for the server to go (its connection closes or it exits), then marks it
+    /// down with its exit status and the end of its stderr, and reaps it.
+    async fn watch_child(
+        self: Arc<Self>,
+        service: RunningService<RoleClient, Handler>,
+        mut child: tokio::process::Child,
+        stderr: Arc<Mutex<String>>,
+        hub: Weak<Hub>,
+        stop: CancellationToken,
+    ) {
+        let ended = tokio::select! {
+            _ = stop.cancelled() => None,
+            _ = service.waiting() => Some(()),
+        };
+        if ended.is_none() {
+            // Stopping: the hub signals the group; reap it here.
+            let status = child.wait().await;
+            *lock(&self.pgid) = None;
+            drop(status);
+            return;
+        }
+        // The connection closed: the process has exited or is about to.
+        let status = match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                self.signal(nix::sys::signal::Signal::SIGKILL);
+                child.wait().await.ok()
+            }
+        };
+        *lock(&self.pgid) = None;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let how = match status {
+            Some(s) => format!("it exited ({s})"),
+            None => "its connection closed".to_string(),
+        };
+        self.set_down(format!("{how}{}", tail_of(&stderr)));
+        if let Some(hub) = hub.upgrade() {
+            hub.bump();
+        }
+    }
+
+    /// After `tools/list_changed`: the new list, or the server marked down if it cannot
+    /// give one.
+    async fn relist(&self) {
+        let peer = match &*lock(&self.state) {
+            State::Up { peer, .. } => peer.clone(),
+            State::Down { .. } => return,
+        };
+        let timeout = Duration::from_millis(self.config.startup_timeout_ms);
+        match tokio::time::timeout(timeout, list_all(&peer)).await {
+            Ok(Ok(tools)) => {
+                let (tools, skipped) = mcp_server_tools(self.name(), tools);
+                if let State::Up {
+                    tools: t,
+                    skipped: s,
+                    ..
+                } = &mut *lock(&self.state)
+                {
+                    *t = tools;
+                    *s = skipped;
+                }
+            }
+            Ok(Err(e)) => self.set_down(format!("tools/list after list_changed failed: {e}")),
+            Err(_) => self.set_down(format!(
+                "tools/list after list_changed took over {} ms",
+                timeout.as_millis()
+            )),
+        }
+    }
+
+    async fn call(&self, tool: &str, args: &Value, cancel: &CancellationToken) -> ToolOutput {
+        let name = self.name();
+        let details = |status: &str| json!({"status": status, "source": "mcp", "server": name});
+        let peer = match &*lock(&self.state) {
+            State::Up { peer, .. } => peer.clone(),
+            State::Down { why } => {
+                return ToolOutput::error(
+                    format!("MCP server `{name}` is unavailable: {why}"),
+                    details("unavailable"),
+                );
+            }
+        };
+        let arguments = match args {
+            Value::Object(m) => Some(m.clone()),
+            Value::Null => None,
+            other => {
+                return ToolOutput::error(
+                    format!(
+                        "MCP tools take an object of arguments, not {}",
+                        crate::catalog::load::json_type_name(other)
+                    ),
+                    details("invalid-arguments"),
+                );
+            }
+        };
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        let timeout = Duration::from_millis(self.config.call_timeout_ms);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await;
+        let handle = match sent {
+            Ok(h) => h,
+            Err(e) => return self.failed(e, details("unavailable")),
+        };
+        // Dropping the pending response on cancellation is enough here: the server's late
+        // answer is discarded by rmcp.
+        let answer = tokio::select! {
+            r = handle.await_response() => r,
+            _ = cancel.cancelled() => {
+                return ToolOutput::error("the call was cancelled", details("cancelled"));
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(r)) => output(name, tool, r),
+            Ok(_) => ToolOutput::error(
+                format!("MCP server `{name}` answered tools/call with something else"),
+                details("protocol"),
+            ),
+            Err(ServiceError::Timeout { .. }) => ToolOutput::error(
+                format!(
+                    "MCP server `{name}`: tools/call `{tool}` timed out after {} ms",
+                    timeout.as_millis()
+                ),
+                details("timeout"),
+            ),
+            Err(e) => self.failed(e, details("error")),
+        }
+    }
+
+    fn failed(&self, e: ServiceError, details: Value) -> ToolOutput {
+        let name = self.name();
+        match e {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                let mut d = details;
+                d["status"] = json!("unavailable");
+                ToolOutput::error(
+                    format!("MCP server `{name}` is unavailable: its connection closed"),
+                    d,
+                )
+            }
+            ServiceError::McpError(err) => ToolOutput::error(
+                format!("MCP server `{name}`: {} (code {})", err.message, err.code.0),
+                details,
+            ),
+            other => ToolOutput::error(format!("MCP server `{name}`: {other}"), details),
+        }
+    }
+}
+
+/// Every page of `tools/list`, within the bounds.
+async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..limits::MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let page = peer
+            .list_tools(Some(params))
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        for t in page.tools {
+            tools.push(serde_json::to_value(&t).map_err(|e| e.to_string())?);
+        }
+        if tools.len() > limits::MAX_TOOLS {
+            return Err(format!(
+                "listed more than {} tools; refused",
+                limits::MAX_TOOLS
+            ));
+        }
+        match page.next_cursor {
+            Some(c) if !c.is_empty() => cursor = Some(c),
+            _ => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "tools/list went on for more than {} pages; refused",
+        limits::MAX_PAGES
+    ))
+}
+
+fn tail_of(stderr: &Arc<Mutex<String>>) -> String {
+    let t = lock(stderr);
+    let t = t.trim();
+    if t.is_empty() {
+        return String::new();
+    }
+    let len = t.chars().count();
+    let tail: String = t
+        .chars()
+        .skip(len.saturating_sub(limits::STDERR_TAIL_CHARS))
+        .collect();
+    format!("; stderr: {}", tail.replace('\n', " | "))
+}
+
+/// A `tools/call` result as the model reads it: the text blocks as text, other blocks
+/// named by kind and size (their bytes stay out of the model's context), structured
+/// content in the details.
+fn output(server: &str, tool: &str, r: CallToolResult) -> ToolOutput {
+    let mut text = Vec::new();
+    for block in &r.content {
+        match block {
+            ContentBlock::Text(t) => text.push(t.text.clone()),
+            ContentBlock::Image(i) => text.push(format!(
+                "[image {}, {} bytes base64]",
+                i.mime_type,
+                i.data.len()
+            )),
+            ContentBlock::Audio(a) => text.push(format!(
+                "[audio {}, {} bytes base64]",
+                a.mime_type,
+                a.data.len()
+            )),
+            ContentBlock::Resource(res) => match &res.resource {
+                ResourceContents::TextResourceContents { uri, text: t, .. } => {
+                    text.push(format!("[resource {uri}]\n{t}"))
+                }
+                ResourceContents::BlobResourceContents { uri, blob, .. } => {
+                    text.push(format!("[resource {uri}, {} bytes base64]", blob.len()))
+                }
+                _ => text.push("[a resource of a kind this client does not know]".into()),
+            },
+            ContentBlock::ResourceLink(link) => text.push(format!("[link {}]", link.uri)),
+            #[allow(unreachable_patterns)]
+            _ => text.push("[content of a kind this client does not know]".to_string()),
+        }
+    }
+    let mut details = json!({"source": "mcp", "server": server, "tool": tool});
+    if let Some(s) = r.structured_content {
+        details["structured_content"] = s;
+    }
+    ToolOutput {
+        text: text.join("\n"),
+        details,
+        is_error: r.is_error.unwrap_or(false),
+    }
+}
+
+impl Executor for Hub {
+    fn run<'a>(&'a self, call: ExecCall<'a>) -> ExecFuture<'a> {
+        Box::pin(async move {
+            let Some(crate::catalog::ExecutorSpec::Mcp { server, tool }) =
+                &call.entry.descriptor.executor
+            else {
+                return ToolOutput::error(
+                    format!("`{}` is not an MCP tool", call.entry.id),
+                    json!({"status": "error"}),
+                );
+            };
+            match self.servers.get(server) {
+                Some(up) => up.call(tool, call.args, &call.cancel).await,
+                None => ToolOutput::error(
+                    format!("MCP server `{server}` is not configured ([mcp.servers])"),
+                    json!({"status": "unavailable", "source": "mcp", "server": server}),
+                ),
+            }
+        })
+    }
+}
