@@ -63,6 +63,7 @@ fn main() {
             &Facts {
                 config: &config,
                 env: &|_| None,
+                sources_down: &Default::default(),
             },
         )
         .expect("catalog"),

@@ -40,7 +40,7 @@ fn main() {
         config.provider.base_url = format!("{mock_url}/v1");
         let descriptors = embedded::demo_descriptors().expect("demo");
         let catalog = Arc::new(
-            Catalog::build(descriptors.clone(), &Facts { config: &config, env: &|_| None }).expect("catalog"),
+            Catalog::build(descriptors.clone(), &Facts { config: &config, env: &|_| None, sources_down: &Default::default() }).expect("catalog"),
         );
         let model = HttpModel::new(&config.provider).expect("model");
         let state = std::env::temp_dir().join(format!("toolsearch-gw-bench-{}", std::process::id()));

@@ -50,6 +50,7 @@ fn main() {
                 &Facts {
                     config: &config,
                     env: &|_| None,
+                    sources_down: &Default::default(),
                 },
             )
             .expect("synthetic catalog builds");

@@ -18,6 +18,7 @@ fn catalog(tools: Vec<toolsearch::ToolDescriptor>) -> Catalog {
         &Facts {
             config: &config,
             env: &|_| None,
+            sources_down: &Default::default(),
         },
     )
     .expect("catalog")

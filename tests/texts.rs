@@ -14,6 +14,7 @@ fn demo() -> Catalog {
         &Facts {
             config: &config,
             env: &|_| None,
+            sources_down: &Default::default(),
         },
     )
     .unwrap()
