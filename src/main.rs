@@ -324,6 +324,9 @@ struct Loaded {
     hub: Option<Arc<Hub>>,
     /// The catalog as it follows the servers (hosts that outlive one command use it).
     catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
+    /// What the catalog is rebuilt from; the rebuilding task holds it weakly, so it lives
+    /// here.
+    _sources: Arc<Sources>,
 }
 
 impl Globals {
@@ -345,7 +348,7 @@ impl Globals {
         });
         let live = {
             let _on = runtime_if(hub.is_some())?.map(|rt| rt.enter());
-            sources.live()?
+            Arc::clone(&sources).live()?
         };
         let catalog = Arc::clone(&live.borrow());
         let state_dir = self
@@ -374,6 +377,7 @@ impl Globals {
             mode,
             hub,
             catalog: live,
+            _sources: sources,
         })
     }
 }

@@ -672,10 +672,13 @@ fn error_detail(status: StatusCode, body: &[u8]) -> String {
     detail
 }
 
-/// The start of a body as text, for an error message.
+/// The start of a body as text, on one line (error messages end up in line-based logs).
 fn preview(body: &[u8]) -> String {
     let cut = body.len().min(ERROR_BODY_PREVIEW);
-    let mut text = String::from_utf8_lossy(&body[..cut]).trim().to_owned();
+    let mut text = String::from_utf8_lossy(&body[..cut])
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if body.len() > cut {
         text.push('…');
     }
@@ -695,17 +698,24 @@ fn sse_events(
 ) -> BoxStream<'static, Result<Sse, SseError>> {
     let bound = EventBound::new(max_event.min(MAX_SSE_EVENT));
     // `chunk()` in a loop instead of reqwest's `bytes_stream`, which needs its `stream`
-    // feature.
+    // feature. `over` is set once the bound is crossed: the events before it in the same
+    // chunk are still delivered, then the error.
     let bytes = futures::stream::try_unfold(
-        (resp, bound, target),
-        |(mut resp, mut bound, target)| async move {
+        (resp, bound, target, false),
+        |(mut resp, mut bound, target, over)| async move {
+            let max = bound.max;
+            let too_large = || target.error(&format!("an SSE event exceeds {max} bytes"));
+            if over {
+                return Err(too_large());
+            }
             let Some(chunk) = resp.chunk().await.map_err(|e| target.error(&describe(e)))? else {
                 return Ok(None);
             };
-            if bound.observe(&chunk).is_err() {
-                return Err(target.error(&format!("an SSE event exceeds {} bytes", bound.max)));
+            match bound.observe(&chunk) {
+                Ok(()) => Ok(Some((chunk, (resp, bound, target, false)))),
+                Err(0) => Err(too_large()),
+                Err(within) => Ok(Some((chunk.slice(..within), (resp, bound, target, true)))),
             }
-            Ok(Some((chunk, (resp, bound, target))))
         },
     );
     SseStream::from_bytes_stream(bytes).boxed()
@@ -734,8 +744,9 @@ impl EventBound {
         }
     }
 
-    fn observe(&mut self, chunk: &[u8]) -> Result<(), ()> {
-        for &byte in chunk {
+    /// `Err(n)`: the bound is crossed at `chunk[n]`; the `n` bytes before it are within.
+    fn observe(&mut self, chunk: &[u8]) -> Result<(), usize> {
+        for (at, &byte) in chunk.iter().enumerate() {
             let after_cr = std::mem::replace(&mut self.after_cr, false);
             match byte {
                 // The LF of a CRLF that the CR already ended.
@@ -759,7 +770,7 @@ impl EventBound {
                 }
             }
             if self.event.saturating_add(self.line) > self.max {
-                return Err(());
+                return Err(at);
             }
         }
         Ok(())
@@ -1032,7 +1043,7 @@ mod tests {
                 (
                     [("content-type", "text/event-stream")],
                     ": keep-alive\n\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n\
-                     data: this one is far too long for the bound\n\n",
+                     data: this one is far too long for the bound of sixty-four bytes\n\n",
                 )
             }),
         );
@@ -1045,7 +1056,7 @@ mod tests {
                 None,
                 None,
                 HashMap::new(),
-                48,
+                64,
             )
             .await
             .unwrap();
@@ -1055,7 +1066,7 @@ mod tests {
         let first = events.next().await.unwrap().unwrap();
         assert_eq!(first.id.as_deref(), Some("7"));
         let e = events.next().await.unwrap().unwrap_err().to_string();
-        assert!(e.contains("exceeds 48 bytes") && e.contains(&url), "{e}");
+        assert!(e.contains("exceeds 64 bytes") && e.contains(&url), "{e}");
         assert!(events.next().await.is_none());
     }
 
@@ -1110,17 +1121,19 @@ mod tests {
     #[test]
     fn event_bound_counts_events_not_streams() {
         let mut bound = EventBound::new(10);
-        // Many small events, CRLF and CR line ends, comments: never over.
+        // Many small events with LF, CRLF and CR line ends, and comments: never over.
         for _ in 0..100 {
             bound
-                .observe(b"data: abc\r\n\r\n: a long comment line\rdata: x\r\r")
+                .observe(b"data: abc\r\n\r\n: ping\rdata: x\r\r")
                 .unwrap();
+            bound.observe(b"data: 123\n\n").unwrap();
         }
-        // A CRLF split across chunks still ends the event once.
-        bound.observe(b"data: 1234\r").unwrap();
-        bound.observe(b"\n\r").unwrap();
-        bound.observe(b"\ndata: 1234\n\n").unwrap();
-        // One event of two lines, 7 + 1 + 7 = 15 > 10.
-        assert!(bound.observe(b"data: 1\ndata: 2\n").is_err());
+        // A CRLF split across chunks is one line end, not a line end and a blank line:
+        // both data lines belong to one event, 8 + 8 > 10.
+        bound.observe(b"data: 1\r").unwrap();
+        assert_eq!(bound.observe(b"\ndata: 2\n"), Err(3));
+        // A single line that never ends is caught too, at its 11th byte.
+        let mut bound = EventBound::new(10);
+        assert_eq!(bound.observe(b": a comment that goes on"), Err(10));
     }
 }

@@ -1,0 +1,555 @@
+//! MCP against real servers: the reference servers from the npm registry
+//! (`tests/mcp/package.json`, installed by `.ci/run` with `npm ci`), a server whose tool
+//! list changes (`tests/mcp/dynamic-server.mjs`), and the official SDK's client
+//! (`tests/mcp/sdk-client.mjs`) driving `toolsearch mcp serve`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("toolsearch")
+}
+
+fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
+}
+
+/// The installed reference servers; a missing install fails loudly (it is not a skip).
+fn module(path: &str) -> String {
+    let p = mcp_dir().join("node_modules").join(path);
+    assert!(
+        p.exists(),
+        "{} is missing: run `npm ci` in tests/mcp (.ci/run does)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn everything() -> String {
+    module("@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// A config with the three reference servers, `extra` appended; its folder holds a file
+/// the filesystem server may read.
+fn setup(extra: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("note.txt"), "NOTE_CONTENT_42").unwrap();
+    let config = format!(
+        r#"
+[catalog]
+paths = []
+
+[mcp.servers.everything]
+command = "node"
+args = ["{everything}", "stdio"]
+
+[mcp.servers.files]
+command = "node"
+args = ["{fs}", "{files}"]
+
+[mcp.servers.memory]
+command = "node"
+args = ["{memory}"]
+env = {{ MEMORY_FILE_PATH = "{mem}" }}
+{extra}
+"#,
+        everything = everything(),
+        fs = module("@modelcontextprotocol/server-filesystem/dist/index.js"),
+        files = files.display(),
+        memory = module("@modelcontextprotocol/server-memory/dist/index.js"),
+        mem = dir.path().join("memory.jsonl").display(),
+    );
+    let path = dir.path().join("toolsearch.toml");
+    std::fs::write(&path, config).unwrap();
+    (dir, path)
+}
+
+fn toolsearch(config: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(bin())
+        .arg("--config")
+        .arg(config)
+        .args(["--state-dir"])
+        .arg(config.parent().unwrap().join("state"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        value,
+        String::from_utf8_lossy(&out.stderr).into_owned() + &stdout,
+    )
+}
+
+/// Processes whose parent is `pid`, with their command lines.
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // The fields after the command name (which may hold spaces) start after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse::<u32>().ok());
+        if ppid == Some(pid) && !stat.contains(") Z ") {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            out.push((p, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_three_reference_servers_are_cataloged_and_searchable() {
+    let (_dir, config) = setup("");
+    let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    let servers = catalog["mcp_servers"].as_array().expect(&all);
+    assert_eq!(servers.len(), 3, "{all}");
+    for s in servers {
+        assert_eq!(s["up"], json!(true), "{s}");
+        assert!(s["tools"].as_u64().unwrap() >= 5, "{s}");
+    }
+    let ids: Vec<&str> = catalog["cataloged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    for id in [
+        "mcp:everything:echo",
+        "mcp:files:read_text_file",
+        "mcp:memory:create_entities",
+    ] {
+        assert!(ids.contains(&id), "{id} not in {ids:?}");
+    }
+    // Untrusted schemas: shown as unknown in compact descriptors.
+    let echo = catalog["cataloged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "mcp:everything:echo")
+        .unwrap();
+    assert_eq!(echo["input"], json!("unknown"));
+    assert_eq!(echo["source_name"], json!("everything"));
+
+    let (code, hits, all) = toolsearch(
+        &config,
+        &["search", "read the contents of a text file", "--json"],
+    );
+    assert_eq!(code, 0, "{all}");
+    let top: Vec<&str> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(5)
+        .filter_map(|h| h["id"].as_str())
+        .collect();
+    assert!(
+        top.iter().any(|id| id.starts_with("mcp:files:read")),
+        "{top:?}"
+    );
+    // Describe gives the server's full schema.
+    let (code, d, all) = toolsearch(&config, &["describe", "mcp:everything:echo", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(d["input_schema"]["required"], json!(["message"]), "{d}");
+}
+
+#[test]
+fn code_mode_calls_mcp_tools_through_the_bridge() {
+    let (_dir, config) = setup("");
+    let body = r#"
+        const echo = await openclaw.tools.call("mcp:everything:echo", {message: "hi"});
+        const hits = await openclaw.tools.search("read text file", {limit: 10});
+        const file = hits.find((h) => h.id === "mcp:files:read_text_file");
+        const note = await openclaw.tools.call(file.id, {path: FILES + "/note.txt"});
+        await openclaw.tools.call("mcp:memory:create_entities", {entities: [
+            {name: "toolsearch", entityType: "project", observations: ["uses MCP"]}]});
+        const graph = await openclaw.tools.call("mcp:memory:read_graph", {});
+        return {
+            echo: echo.result.content[0].text,
+            note: note.result.content[0].text,
+            graph: graph.result.content[0].text,
+        };
+    "#
+    .replace(
+        "FILES",
+        &format!(
+            "{:?}",
+            config.parent().unwrap().join("files").display().to_string()
+        ),
+    );
+    let (code, out, all) = toolsearch(&config, &["code", &body, "--json"]);
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(out["ok"], json!(true), "{all}");
+    assert_eq!(out["value"]["echo"], json!("Echo: hi"), "{all}");
+    assert!(
+        out["value"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("NOTE_CONTENT_42"),
+        "{all}"
+    );
+    assert!(
+        out["value"]["graph"].as_str().unwrap().contains("uses MCP"),
+        "{all}"
+    );
+    assert_eq!(out["telemetry"]["call_count"], json!(4), "{all}");
+}
+
+#[test]
+fn a_server_killed_mid_run_is_named_and_the_others_keep_working() {
+    let (_dir, config) = setup("");
+    let body = r#"
+        let first, second;
+        try {
+            const r = await openclaw.tools.call("mcp:everything:trigger-long-running-operation",
+                {duration: 20, steps: 2});
+            first = r.result.content[0].text;
+        } catch (e) { first = "threw: " + e.message; }
+        try {
+            const r = await openclaw.tools.call("mcp:everything:echo", {message: "again"});
+            second = r.result.content[0].text;
+        } catch (e) { second = "threw: " + e.message; }
+        const other = await openclaw.tools.call("mcp:memory:read_graph", {});
+        return {first, second, other_ok: !other.result.is_error};
+    "#;
+    let child = Command::new(bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["code", "--timeout-ms", "30000", body, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the everything server to be running the long operation, then kill it.
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut killed = false;
+    while Instant::now() < deadline && !killed {
+        std::thread::sleep(Duration::from_millis(300));
+        for (p, cmd) in children_of(pid) {
+            if cmd.contains("server-everything") {
+                // Give the call time to reach the server.
+                std::thread::sleep(Duration::from_millis(1500));
+                let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+                killed = true;
+            }
+        }
+    }
+    assert!(killed, "never saw the everything server start");
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(v["ok"], json!(true), "{all}");
+    for key in ["first", "second"] {
+        let text = v["value"][key].as_str().unwrap_or_default();
+        assert!(
+            text.contains("MCP server `everything` is unavailable"),
+            "{key}: {all}"
+        );
+    }
+    assert_eq!(v["value"]["other_ok"], json!(true), "{all}");
+}
+
+#[test]
+fn a_server_that_cannot_start_is_named_and_its_tools_fail_closed() {
+    let (dir, config) = setup(
+        r#"
+[mcp.servers.broken]
+command = "/nonexistent/mcp-server"
+
+[mcp.servers.exits]
+command = "node"
+args = ["-e", "process.stderr.write('boom: no token'); process.exit(3)"]
+"#,
+    );
+    let _ = dir;
+    let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    let servers = catalog["mcp_servers"].as_array().unwrap();
+    let broken = servers.iter().find(|s| s["name"] == "broken").unwrap();
+    assert_eq!(broken["up"], json!(false));
+    assert!(
+        broken["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/mcp-server"),
+        "{broken}"
+    );
+    let exits = servers.iter().find(|s| s["name"] == "exits").unwrap();
+    assert_eq!(exits["up"], json!(false));
+    let why = exits["notes"][0].as_str().unwrap();
+    assert!(why.contains("boom: no token"), "{why}");
+    assert!(servers.iter().filter(|s| s["up"] == json!(true)).count() == 3);
+    let (code, err, all) = toolsearch(&config, &["call", "mcp:broken:anything", "{}", "--json"]);
+    assert_eq!(code, 1, "{all}");
+    assert_eq!(err["error"]["code"], json!("unavailable-tool"), "{all}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("MCP server `broken` is unavailable"),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_times_out_and_is_named() {
+    let (_dir, config) = setup(
+        r#"
+[mcp.servers.silent]
+command = "sleep"
+args = ["30"]
+startup_timeout_ms = 500
+"#,
+    );
+    let started = Instant::now();
+    let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{all}");
+    let silent = catalog["mcp_servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "silent")
+        .cloned()
+        .unwrap();
+    assert_eq!(silent["up"], json!(false));
+    assert!(
+        silent["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("did not start within 500 ms"),
+        "{silent}"
+    );
+}
+
+/// `toolsearch mcp serve ...` for the SDK client.
+fn sdk_client(args: &[&str], input: Value) -> Value {
+    let mut child = Command::new("node")
+        .arg(mcp_dir().join("sdk-client.mjs"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|_| {
+        panic!(
+            "sdk client printed no JSON: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+const CODE_BODY: &str = r#"
+    const hits = await openclaw.tools.search("echo back a message");
+    const t = await openclaw.tools.describe("mcp:everything:echo");
+    const r = await openclaw.tools.call(t.id, {message: "from the SDK"});
+    return {ids: hits.map((h) => h.id), echo: r.result.content[0].text};
+"#;
+
+fn check_code_result(out: &Value) {
+    let result = &out["results"][0];
+    assert_eq!(result["isError"], json!(false), "{out}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let run: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(run["ok"], json!(true), "{run}");
+    assert_eq!(run["value"]["echo"], json!("Echo: from the SDK"), "{run}");
+    assert!(
+        run["value"]["ids"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("mcp:everything:echo")),
+        "{run}"
+    );
+}
+
+#[test]
+fn the_sdk_client_runs_tool_search_code_over_stdio() {
+    let (_dir, config) = setup("");
+    let config = config.display().to_string();
+    let bin = bin().display().to_string();
+    let out = sdk_client(
+        &["stdio", &bin, "--config", &config, "mcp", "serve"],
+        json!({"calls": [
+            {"name": "tool_search_code", "arguments": {"code": CODE_BODY}},
+            {"name": "no_such_tool", "arguments": {}},
+        ]}),
+    );
+    assert_eq!(out["server"]["name"], json!("toolsearch"), "{out}");
+    let names: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    // The control tool, then the demo catalog's direct-only tools.
+    assert_eq!(
+        names,
+        ["tool_search_code", "message", "exec_command"],
+        "{out}"
+    );
+    check_code_result(&out);
+    let unknown = serde_json::to_string(&out["results"][1]).unwrap();
+    assert!(unknown.contains("unknown tool `no_such_tool`"), "{unknown}");
+}
+
+#[test]
+fn tools_mode_over_streamable_http_and_a_changing_upstream_list() {
+    let (dir, config) = setup(&format!(
+        r#"
+[mcp.servers.dynamic]
+command = "node"
+args = ["{}"]
+
+[tools.toolSearch]
+mode = "tools"
+"#,
+        mcp_dir().join("dynamic-server.mjs").display()
+    ));
+    let mut serve = Command::new(bin())
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["mcp", "serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let out = sdk_client(
+        &["http", &url],
+        json!({"calls": [
+            {"name": "tool_search", "arguments": {"query": "register a new tool"}},
+            {"name": "tool_call", "arguments": {"id": "mcp:dynamic:add_tool", "args": {"name": "late_tool"}}},
+        ]}),
+    );
+    let names: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tool_search",
+            "tool_describe",
+            "tool_call",
+            "message",
+            "exec_command"
+        ],
+        "{out}"
+    );
+    let search = out["results"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(search.contains("mcp:dynamic:add_tool"), "{search}");
+    let added = out["results"][1]["content"][0]["text"].as_str().unwrap();
+    assert!(added.contains("added late_tool"), "{added}");
+    // The server announced the new tool; the catalog was rebuilt with it.
+    let mut found = String::new();
+    for _ in 0..100 {
+        let out = sdk_client(
+            &["http", &url],
+            json!({"calls": [
+                {"name": "tool_call", "arguments": {"id": "mcp:dynamic:late_tool", "args": {}}},
+            ]}),
+        );
+        found = out["results"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if found.contains("LATE_TOOL_OK") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(found.contains("LATE_TOOL_OK"), "{found}");
+    // SIGTERM stops the server and its upstream servers with it.
+    let pid = serve.id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = serve.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(children_of(pid).is_empty());
+}
+
+#[test]
+fn a_streamable_http_upstream_is_cataloged_and_called() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut server = Command::new("node")
+        .args([&everything(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for it to listen.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[catalog]\npaths = []\n[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, out, all) = toolsearch(
+        &config,
+        &[
+            "call",
+            "mcp:remote:echo",
+            r#"{"message":"over http"}"#,
+            "--json",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(
+        out["result"]["content"][0]["text"],
+        json!("Echo: over http"),
+        "{all}"
+    );
+}
