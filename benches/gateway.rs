@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use toolsearch::Catalog;
-use toolsearch::catalog::{Facts, embedded};
+
+use toolsearch::catalog::embedded;
 use toolsearch::config::{Config, Mode};
 use toolsearch::gateway::client::HttpModel;
 use toolsearch::gateway::mock::{MockOptions, MockProvider, serve};
 use toolsearch::gateway::server::Gateway;
+use toolsearch::mcp::Sources;
 use toolsearch::provider::Provider;
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -38,15 +39,17 @@ fn main() {
 
         let mut config = Config::default();
         config.provider.base_url = format!("{mock_url}/v1");
-        let descriptors = embedded::demo_descriptors().expect("demo");
-        let catalog = Arc::new(
-            Catalog::build(descriptors.clone(), &Facts { config: &config, env: &|_| None, sources_down: &Default::default() }).expect("catalog"),
-        );
+        let sources = Arc::new(Sources {
+            config: config.clone(),
+            local: embedded::demo_descriptors().expect("demo"),
+            hub: None,
+        });
+        let catalog = Arc::clone(&sources).live().expect("catalog");
         let model = HttpModel::new(&config.provider).expect("model");
         let state = std::env::temp_dir().join(format!("toolsearch-gw-bench-{}", std::process::id()));
         let gw = Gateway::new(
             config,
-            descriptors,
+            sources,
             catalog,
             Mode::Tools,
             None,

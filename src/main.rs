@@ -13,7 +13,6 @@ use serde::Serialize;
 use toolsearch::catalog::BatchQuery;
 use toolsearch::config::Mode;
 use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
-use toolsearch::executors::{Executor, Executors};
 use toolsearch::mcp::{Hub, Sources};
 use toolsearch::policy::approval::CliApprover;
 use toolsearch::sandbox::Sandbox;
@@ -287,6 +286,32 @@ async fn shutdown_signal() {
     }
 }
 
+/// The local catalog and the upstream MCP servers (started now, all at once), and the
+/// catalog built from them, following the servers.
+#[allow(clippy::type_complexity)]
+fn catalog_sources(
+    config: &Config,
+    catalogs: &[PathBuf],
+) -> Result<(Arc<Sources>, tokio::sync::watch::Receiver<Arc<Catalog>>), Error> {
+    let local = toolsearch::catalog::load_descriptors(config, catalogs)?;
+    let hub = if config.mcp.servers.is_empty() {
+        None
+    } else {
+        Some(runtime()?.block_on(Hub::start(&config.mcp)))
+    };
+    let needs_runtime = hub.is_some();
+    let sources = Arc::new(Sources {
+        config: config.clone(),
+        local,
+        hub,
+    });
+    let live = {
+        let _on = runtime_if(needs_runtime)?.map(|rt| rt.enter());
+        Arc::clone(&sources).live()?
+    };
+    Ok((sources, live))
+}
+
 fn runtime_if(needed: bool) -> Result<Option<&'static tokio::runtime::Runtime>, Error> {
     if needed {
         runtime().map(Some)
@@ -335,21 +360,8 @@ impl Globals {
         let config = Config::load(self.config.as_deref())?;
         let mode =
             cli_mode(self.mode).unwrap_or_else(|| config.mode_for(self.agent.as_deref(), None));
-        let local = toolsearch::catalog::load_descriptors(&config, &self.catalogs)?;
-        let hub = if config.mcp.servers.is_empty() {
-            None
-        } else {
-            Some(runtime()?.block_on(Hub::start(&config.mcp)))
-        };
-        let sources = Arc::new(Sources {
-            config: config.clone(),
-            local,
-            hub: hub.clone(),
-        });
-        let live = {
-            let _on = runtime_if(hub.is_some())?.map(|rt| rt.enter());
-            Arc::clone(&sources).live()?
-        };
+        let (sources, live) = catalog_sources(&config, &self.catalogs)?;
+        let hub = sources.hub.clone();
         let catalog = Arc::clone(&live.borrow());
         let state_dir = self
             .state_dir
@@ -361,14 +373,10 @@ impl Globals {
             .unwrap_or_else(telemetry::new_session_id);
         let log = Arc::new(SessionLog::open(&state_dir, &session)?);
         let approver = Arc::new(CliApprover::new(approve, catalog.toolsets())?);
-        let executors = Executors {
-            mcp: hub.clone().map(|h| h as Arc<dyn Executor>),
-            client: None,
-        };
         let dispatcher = DispatcherBuilder::live(live.clone())
             .config(&config)?
             .approver(approver)
-            .executors(executors)
+            .executors(sources.executors())
             .session_log(log)
             .build();
         Ok(Loaded {
@@ -608,15 +616,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     Some(config.provider.kind.as_str()),
                 )
             });
-            let descriptors = toolsearch::catalog::load_descriptors(&config, &globals.catalogs)?;
-            let catalog = Arc::new(Catalog::build(
-                descriptors.clone(),
-                &toolsearch::catalog::Facts {
-                    config: &config,
-                    env: &toolsearch::catalog::Facts::process_env,
-                    sources_down: &Default::default(),
-                },
-            )?);
+            let (sources, catalog) = catalog_sources(&config, &globals.catalogs)?;
             let provider = toolsearch::provider::Provider::parse(&config.provider.kind)?;
             let model =
                 toolsearch::gateway::client::HttpModel::new(&config.provider).map_err(|e| {
@@ -638,9 +638,10 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 .state_dir
                 .clone()
                 .unwrap_or_else(telemetry::default_state_dir);
+            let hub = sources.hub.clone();
             let gateway = toolsearch::gateway::server::Gateway::new(
                 config,
-                descriptors,
+                Arc::clone(&sources),
                 catalog,
                 mode,
                 sandbox,
@@ -657,10 +658,14 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     .local_addr()
                     .map_err(|e| Error::Usage(e.to_string()))?;
                 print_text(&format!("listening on http://{addr}\n"));
-                gateway
+                let served = gateway
                     .serve(listener)
                     .await
-                    .map_err(|e| Error::Usage(format!("gateway: {e}")))
+                    .map_err(|e| Error::Usage(format!("gateway: {e}")));
+                if let Some(hub) = hub {
+                    hub.stop().await;
+                }
+                served
             })?;
         }
         Command::Mcp {
@@ -739,14 +744,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let signal = stop.clone();
                 tokio::spawn(async move {
-                    let mut term = tokio::signal::unix::signal(
-                        tokio::signal::unix::SignalKind::terminate(),
-                    )
-                    .ok();
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-                    }
+                    shutdown_signal().await;
                     signal.cancel();
                 });
                 mock::serve(listener, provider, stop)

@@ -88,6 +88,41 @@ fn toolsearch(config: &Path, args: &[&str]) -> (i32, Value, String) {
     )
 }
 
+/// A child killed when the test ends, passed or not.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `toolsearch ARGS` (a server) and returns it with the URL of its
+/// `listening on URL` line.
+fn start_server(config: &Path, args: &[&str]) -> (Guard, String) {
+    let mut child = Command::new(bin())
+        .arg("--config")
+        .arg(config)
+        .arg("--state-dir")
+        .arg(config.parent().unwrap().join("state"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("no `listening on` line: {line:?}"))
+        .to_string();
+    (Guard(child), url)
+}
+
 /// Processes whose parent is `pid`, with their command lines.
 fn children_of(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
@@ -428,25 +463,8 @@ mode = "tools"
 "#,
         mcp_dir().join("dynamic-server.mjs").display()
     ));
-    let mut serve = Command::new(bin())
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args(["mcp", "serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
+    let (serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let _ = dir;
     let out = sdk_client(
         &["http", &url],
         json!({"calls": [
@@ -495,11 +513,13 @@ mode = "tools"
     }
     assert!(found.contains("LATE_TOOL_OK"), "{found}");
     // SIGTERM stops the server and its upstream servers with it.
-    let pid = serve.id();
+    let mut serve = serve;
+    let pid = serve.0.id();
+    assert!(!children_of(pid).is_empty());
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
-    let status = serve.wait().unwrap();
+    let status = serve.0.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(children_of(pid).is_empty());
 }
@@ -510,13 +530,15 @@ fn a_streamable_http_upstream_is_cataloged_and_called() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut server = Command::new("node")
-        .args([&everything(), "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = Guard(
+        Command::new("node")
+            .args([&everything(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Wait for it to listen.
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -544,12 +566,42 @@ fn a_streamable_http_upstream_is_cataloged_and_called() {
             "--json",
         ],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert_eq!(code, 0, "{all}");
     assert_eq!(
         out["result"]["content"][0]["text"],
         json!("Echo: over http"),
         "{all}"
     );
+}
+
+#[test]
+fn the_gateway_runs_a_turn_that_calls_an_mcp_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock_config = dir.path().join("mock.toml");
+    std::fs::write(&mock_config, "").unwrap();
+    let (_mock, mock_url) =
+        start_server(&mock_config, &["mock-provider", "--listen", "127.0.0.1:0"]);
+    let (_dir, config) = setup(&format!("[provider]\nbase_url = \"{mock_url}/v1\"\n"));
+    let (_gateway, url) = start_server(&config, &["gateway", "--listen", "127.0.0.1:0"]);
+    let reply = Command::new("curl")
+        .args([
+            "-s",
+            &format!("{url}/v1/responses"),
+            "-H",
+            "content-type: application/json",
+        ])
+        .args([
+            "-d",
+            r#"{"input": "tool search qa check target=read_graph"}"#,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&reply.stdout).unwrap_or(Value::Null);
+    let text = v["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("QA_DONE"), "{v}");
+    assert!(text.contains("mcp:memory:read_graph"), "{text}");
+    assert!(text.contains(r#""is_error":false"#), "{text}");
 }

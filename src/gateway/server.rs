@@ -26,9 +26,10 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::{Agent, Message, Model};
-use crate::catalog::{Catalog, ExecutorSpec, Facts, ToolDescriptor};
+use crate::catalog::{Catalog, ExecutorSpec, ToolDescriptor};
 use crate::config::{Config, Mode};
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
+use crate::mcp::Sources;
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
@@ -40,9 +41,10 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// What the gateway runs with.
 pub struct Gateway {
     pub config: Config,
-    /// The descriptors of the configured catalog (client tools join them per request).
-    pub descriptors: Vec<ToolDescriptor>,
-    pub catalog: Arc<Catalog>,
+    /// What catalogs are built from (client tools join them per request).
+    sources: Arc<Sources>,
+    /// The configured catalog as it follows the upstream MCP servers.
+    catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
     pub mode: Mode,
     pub sandbox: Option<Arc<Sandbox>>,
     /// Spare children of `sandbox` (`[sandbox] spares`), started with the server.
@@ -102,8 +104,8 @@ impl Gateway {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Config,
-        descriptors: Vec<ToolDescriptor>,
-        catalog: Arc<Catalog>,
+        sources: Arc<Sources>,
+        catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
         mode: Mode,
         sandbox: Option<Arc<Sandbox>>,
         code_unavailable: Option<String>,
@@ -113,7 +115,7 @@ impl Gateway {
     ) -> Arc<Self> {
         Arc::new(Gateway {
             config,
-            descriptors,
+            sources,
             catalog,
             mode,
             sandbox,
@@ -126,6 +128,11 @@ impl Gateway {
             shutdown: CancellationToken::new(),
             counter: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The configured catalog now.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.borrow())
     }
 
     pub fn router(self: &Arc<Self>) -> axum::Router {
@@ -145,7 +152,7 @@ impl Gateway {
                 (Some(sandbox), n) if n > 0 => Some(SparePool::start(
                     Arc::clone(sandbox),
                     n,
-                    Duration::from_millis(self.catalog.settings().code_timeout_ms),
+                    Duration::from_millis(self.catalog().settings().code_timeout_ms),
                 )),
                 _ => None,
             });
@@ -190,9 +197,10 @@ impl Gateway {
             return Ok(Arc::clone(s));
         }
         let log = Arc::new(SessionLog::open(&self.state_dir, key).map_err(|e| e.to_string())?);
-        let dispatcher = DispatcherBuilder::new(Arc::clone(&self.catalog))
+        let dispatcher = DispatcherBuilder::live(self.catalog.clone())
             .config(&self.config)
             .map_err(|e| e.to_string())?
+            .executors(self.sources.executors())
             .session_log(log)
             .build();
         let s = Arc::new(Session {
@@ -285,27 +293,18 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
     };
     // Client tools join the catalog for this turn; without them the configured one is used.
     let (catalog, dispatcher) = if request.tools.is_empty() {
-        (Arc::clone(&gw.catalog), Arc::clone(&session.dispatcher))
+        (gw.catalog(), Arc::clone(&session.dispatcher))
     } else {
         let extra = match client_tools(&request.tools) {
             Ok(t) => t,
             Err(e) => return error(StatusCode::BAD_REQUEST, e),
         };
-        let mut all = gw.descriptors.clone();
-        all.extend(extra);
-        let catalog = match Catalog::build(
-            all,
-            &Facts {
-                config: &gw.config,
-                env: &Facts::process_env,
-                sources_down: &Default::default(),
-            },
-        ) {
+        let catalog = match gw.sources.build_with(extra) {
             Ok(c) => Arc::new(c),
             Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         };
         let dispatcher = match DispatcherBuilder::new(Arc::clone(&catalog)).config(&gw.config) {
-            Ok(b) => b.session_log(Arc::new(
+            Ok(b) => b.executors(gw.sources.executors()).session_log(Arc::new(
                 SessionLog::open(&gw.state_dir, &key)
                     .unwrap_or_else(|_| SessionLog::disabled(&key)),
             )),

@@ -33,12 +33,18 @@ impl Sources {
     /// The local descriptors plus the tools of the servers that are up; the tools of a
     /// server that is down are hidden, with why.
     pub fn build(&self) -> Result<Catalog> {
+        self.build_with(Vec::new())
+    }
+
+    /// The same, with `extra` descriptors (a gateway request's client tools) joining.
+    pub fn build_with(&self, extra: Vec<ToolDescriptor>) -> Result<Catalog> {
         let (upstream, down) = match &self.hub {
             Some(hub) => hub.snapshot(),
             None => Default::default(),
         };
         let mut all = self.local.clone();
         all.extend(upstream);
+        all.extend(extra);
         Catalog::build(
             all,
             &Facts {
@@ -47,6 +53,18 @@ impl Sources {
                 sources_down: &down,
             },
         )
+    }
+
+    /// The executors the catalog's tools need beyond the built-in kinds: the hub runs the
+    /// `mcp` ones.
+    pub fn executors(&self) -> crate::executors::Executors {
+        crate::executors::Executors {
+            mcp: self
+                .hub
+                .clone()
+                .map(|h| h as Arc<dyn crate::executors::Executor>),
+            client: None,
+        }
     }
 
     /// The catalog now, and a receiver that gets a rebuilt one after every change of the
