@@ -776,6 +776,34 @@ mod tests {
     }
 
     #[test]
+    fn a_live_server_bad_tool_is_left_out_and_named() {
+        use serde_json::json;
+        let deep = (0..40).fold(
+            json!({}),
+            |acc, _| json!({"type": "object", "properties": {"x": acc}}),
+        );
+        let (tools, skipped) = mcp_server_tools(
+            "srv",
+            vec![
+                json!({"name": "ok", "description": "fine", "inputSchema": {"type": "object"}}),
+                json!({"name": "has space", "inputSchema": {}}),
+                json!({"name": "deep", "inputSchema": deep}),
+                json!({"name": "no_schema"}),
+            ],
+        );
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].id(), "mcp:srv:ok");
+        assert_eq!(tools[0].source, Source::Mcp);
+        assert_eq!(skipped.len(), 3, "{skipped:?}");
+        assert!(
+            skipped[0].contains("`has space`") && skipped[0].contains("/name"),
+            "{skipped:?}"
+        );
+        assert!(skipped[1].contains("levels deep"), "{skipped:?}");
+        assert!(skipped[2].contains("inputSchema"), "{skipped:?}");
+    }
+
+    #[test]
     fn openai_tools_of_both_shapes_are_client_tools() {
         let tools = parse(
             "t.json",

@@ -720,3 +720,56 @@ impl Executor for Hub {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_keep_text_name_other_blocks_and_keep_structured_content() {
+        let mut r = CallToolResult::success(vec![
+            ContentBlock::text("first"),
+            ContentBlock::image("aGVsbG8=", "image/png"),
+            ContentBlock::embedded_text("memo://1", "inside"),
+        ]);
+        r.structured_content = Some(json!({"n": 1}));
+        let out = output("srv", "t", r);
+        assert!(!out.is_error);
+        assert_eq!(
+            out.text,
+            "first\n[image image/png, 8 bytes base64]\n[resource memo://1]\ninside"
+        );
+        assert_eq!(out.details["structured_content"], json!({"n": 1}));
+        assert_eq!(out.details["server"], json!("srv"));
+        let failed = output(
+            "srv",
+            "t",
+            CallToolResult::error(vec![ContentBlock::text("bad")]),
+        );
+        assert!(failed.is_error);
+        assert_eq!(failed.text, "bad");
+    }
+
+    #[test]
+    fn a_hub_reports_each_server_that_cannot_start_and_hides_nothing_else() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = crate::config::Config::from_toml_str(
+            "[mcp.servers.gone]\ncommand = \"/nonexistent/server\"\n",
+            std::path::Path::new("/t/toolsearch.toml"),
+        )
+        .unwrap();
+        let hub = rt.block_on(Hub::start(&config.mcp));
+        let (tools, down) = hub.snapshot();
+        assert!(tools.is_empty());
+        assert!(
+            down["mcp:gone"].contains("MCP server `gone` is unavailable: cannot start"),
+            "{down:?}"
+        );
+        let status = hub.status();
+        assert_eq!(status.len(), 1);
+        assert!(!status[0].up);
+    }
+}
