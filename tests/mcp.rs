@@ -605,3 +605,39 @@ fn the_gateway_runs_a_turn_that_calls_an_mcp_tool() {
     assert!(text.contains("mcp:memory:read_graph"), "{text}");
     assert!(text.contains(r#""is_error":false"#), "{text}");
 }
+
+#[test]
+fn every_page_of_tools_list_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[catalog]\npaths = []\n[mcp.servers.paged]\ncommand = \"node\"\nargs = [\"{}\"]\n",
+            mcp_dir().join("paged-server.mjs").display()
+        ),
+    )
+    .unwrap();
+    let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    let ids: Vec<&str> = catalog["cataloged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .filter(|id| id.starts_with("mcp:paged:"))
+        .collect();
+    assert_eq!(
+        ids,
+        (0..5)
+            .map(|i| format!("mcp:paged:paged_tool_{i}"))
+            .collect::<Vec<_>>(),
+        "{all}"
+    );
+    let (code, out, all) = toolsearch(&config, &["call", "paged_tool_4", "--json"]);
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(
+        out["result"]["content"][0]["text"],
+        json!("paged_tool_4 ran")
+    );
+}
