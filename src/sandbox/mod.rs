@@ -306,7 +306,7 @@ impl Sandbox {
 
     /// One real start with every barrier; if that fails, finds the barrier the host
     /// refuses by starting without each in turn. A snapshot that fails where an inline
-    /// start works is dropped (and deleted, so the next process builds it anew).
+    /// start works is not used.
     fn calibrate(&mut self, strict: bool) -> Result<(), SandboxError> {
         let first = match self.try_start(&self.plan, true) {
             Ok(()) => return Ok(()),
@@ -355,9 +355,11 @@ impl Sandbox {
         ))
     }
 
+    /// Starts children inline from now on. The blob stays: other processes may be using
+    /// it, and deleting it would break their children.
     fn drop_snapshot(&mut self) {
         if let Some(blob) = self.snapshot.take() {
-            snapshot::discard(&blob);
+            tracing::warn!("sandbox: not using the startup snapshot {}", blob.display());
         }
     }
 

@@ -14,7 +14,9 @@
 //!
 //! The blob is code the child runs outside the vm, so the cache is trusted only as far as
 //! its directory is: it must be owned by this user and writable by no one else, and every
-//! blob is written under a fresh name and renamed into place.
+//! blob is written under a fresh name and linked into place, never over one that exists
+//! (the Landlock rule of a running host allows the inode it saw). A blob is never deleted
+//! by a host either: one that Node refuses is only not used by that host.
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -65,11 +67,6 @@ pub fn ensure(
     }
     build(dir, &blob, node, flags, &source)?;
     Ok(blob)
-}
-
-/// Removes a blob that Node refused, so the next process builds a fresh one.
-pub fn discard(blob: &Path) {
-    let _ = fs::remove_file(blob);
 }
 
 fn key(node: &NodeInfo, flags: &[String], source: &str) -> String {
@@ -173,8 +170,14 @@ fn build(
         }
         fs::set_permissions(&partial, fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("{}: {e}", partial.display()))?;
-        // Atomic: a concurrent process sees either no blob or a whole one.
-        fs::rename(&partial, blob).map_err(|e| format!("cannot store {}: {e}", blob.display()))
+        // A hard link, not a rename: atomic (a concurrent process sees no blob or a whole
+        // one) and it never replaces a blob another process built first. Replacing would
+        // break that process: its Landlock rule allows the inode it saw, not the path.
+        match fs::hard_link(&partial, blob) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(format!("cannot store {}: {e}", blob.display())),
+        }
     })();
     let _ = fs::remove_file(&script);
     let _ = fs::remove_file(&partial);
@@ -221,6 +224,20 @@ mod tests {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    #[test]
+    fn a_second_build_never_replaces_the_blob_in_place() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let flags = vec!["--max-old-space-size=64".to_string()];
+        let source = builder_source("0");
+        let blob = ensure(dir.path(), &node, &flags, "0").unwrap();
+        let inode = fs::metadata(&blob).unwrap().ino();
+        // As a concurrent process that found no blob and built one too.
+        build(dir.path(), &blob, &node, &flags, &source).unwrap();
+        assert_eq!(fs::metadata(&blob).unwrap().ino(), inode);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
