@@ -370,10 +370,29 @@ impl Sandbox {
 
     /// Spawns a child and waits for its `ready`.
     pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
-        let mut child = match &self.snapshot {
-            Some(blob) => self.spawn_entry(Entry::Snapshot(blob), timeout)?,
-            None => self.spawn_entry(Entry::Inline(RUNTIME_JS, &[]), timeout)?,
+        let Some(blob) = &self.snapshot else {
+            return self
+                .spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
+                .await;
         };
+        match self.spawn_ready(Entry::Snapshot(blob), timeout).await {
+            // The blob went away under a running host (someone cleared the cache): start
+            // this child inline rather than fail the run.
+            Err(e) if e.code == "child-exited" && e.message.contains("exit code 14") => {
+                tracing::warn!("sandbox: the startup snapshot failed ({e}); starting inline");
+                self.spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn spawn_ready(
+        &self,
+        entry: Entry<'_>,
+        timeout: Duration,
+    ) -> Result<Child, SandboxError> {
+        let mut child = self.spawn_entry(entry, timeout)?;
         let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
         match tokio::time::timeout(startup, self.read_frame(&mut child)).await {
             Ok(Ok(Some(ChildFrame::Ready {}))) => Ok(child),

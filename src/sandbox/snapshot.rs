@@ -15,7 +15,8 @@
 //! The blob is code the child runs outside the vm, so the cache is trusted only as far as
 //! its directory is: it must be owned by this user and writable by no one else, and every
 //! blob is written under a fresh name and linked into place, never over one that exists
-//! (the Landlock rule of a running host allows the inode it saw). A blob is never deleted
+//! (a child's Landlock rule allows the inode present when its spawn was prepared, so a blob
+//! replaced in between is unreadable to it). A blob is never deleted
 //! by a host either: one that Node refuses is only not used by that host.
 
 use std::fs;
@@ -172,7 +173,8 @@ fn build(
             .map_err(|e| format!("{}: {e}", partial.display()))?;
         // A hard link, not a rename: atomic (a concurrent process sees no blob or a whole
         // one) and it never replaces a blob another process built first. Replacing would
-        // break that process: its Landlock rule allows the inode it saw, not the path.
+        // break a child of that process being spawned: its Landlock rule allows the inode
+        // that was there when the spawn was prepared, not the path.
         match fs::hard_link(&partial, blob) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
