@@ -84,6 +84,10 @@ pub enum Error {
     #[error("code mode is unavailable: {0}")]
     Unavailable(String),
 
+    /// `mcp serve` could not serve (the transport failed).
+    #[error("mcp serve: {0}")]
+    Serve(String),
+
     /// Two tools that must be told apart by name share one (a client tool and a cataloged
     /// tool in directory mode).
     #[error(
@@ -155,6 +159,7 @@ impl Error {
             Error::InvalidArguments { .. } => "invalid-arguments",
             Error::BadSchema { .. } => "bad-schema",
             Error::Unavailable(_) => "unavailable",
+            Error::Serve(_) => "serve-error",
             Error::NameCollision { .. } => "name-collision",
             Error::Provider(_) => "provider-error",
             Error::RoundLimit(_) => "round-limit",
@@ -174,6 +179,7 @@ impl Error {
             | Error::InvalidArguments { .. }
             | Error::BadSchema { .. }
             | Error::Unavailable(_)
+            | Error::Serve(_)
             | Error::Provider(_)
             | Error::RoundLimit(_) => 1,
             Error::BadCatalog { .. }

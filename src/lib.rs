@@ -24,6 +24,7 @@ pub mod qa;
 pub mod report;
 pub mod sandbox;
 pub mod search;
+pub mod signals;
 pub mod surface;
 pub mod synth;
 pub mod telemetry;

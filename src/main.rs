@@ -16,6 +16,7 @@ use toolsearch::dispatch::{CallRequest, Dispatcher, DispatcherBuilder};
 use toolsearch::mcp::{Hub, Sources};
 use toolsearch::policy::approval::CliApprover;
 use toolsearch::sandbox::Sandbox;
+use toolsearch::signals::shutdown as shutdown_signal;
 use toolsearch::telemetry::{self, SessionLog};
 use toolsearch::{Catalog, Config, Error, report};
 
@@ -272,20 +273,6 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
     Ok(RUNTIME.get_or_init(|| rt))
 }
 
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
-}
-
 /// The local catalog and the upstream MCP servers (started now, all at once), and the
 /// catalog built from them, following the servers.
 #[allow(clippy::type_complexity)]
@@ -357,6 +344,12 @@ struct Loaded {
 impl Globals {
     /// Loads the config, builds the catalog and opens the session (its log).
     fn load(&self, approve: &[String]) -> Result<Loaded, Error> {
+        self.load_as(approve, true)
+    }
+
+    /// As [`Globals::load`]; `interactive: false` never asks for an approval on the
+    /// terminal (only `approve` patterns pass).
+    fn load_as(&self, approve: &[String], interactive: bool) -> Result<Loaded, Error> {
         let config = Config::load(self.config.as_deref())?;
         let mode =
             cli_mode(self.mode).unwrap_or_else(|| config.mode_for(self.agent.as_deref(), None));
@@ -372,7 +365,11 @@ impl Globals {
             .clone()
             .unwrap_or_else(telemetry::new_session_id);
         let log = Arc::new(SessionLog::open(&state_dir, &session)?);
-        let approver = Arc::new(CliApprover::new(approve, catalog.toolsets())?);
+        let approver = Arc::new(if interactive {
+            CliApprover::new(approve, catalog.toolsets())?
+        } else {
+            CliApprover::non_interactive(approve, catalog.toolsets())?
+        });
         let dispatcher = DispatcherBuilder::live(live.clone())
             .config(&config)?
             .approver(approver)
@@ -609,6 +606,11 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
         }
         Command::Gateway { listen } => {
+            // As for mcp serve: signals are taken before the upstream servers start.
+            let stop = {
+                let _on = runtime()?.enter();
+                shutdown_signal()
+            };
             let config = Config::load(globals.config.as_deref())?;
             let mode = cli_mode(globals.mode).unwrap_or_else(|| {
                 config.mode_for(
@@ -657,6 +659,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 let addr = listener
                     .local_addr()
                     .map_err(|e| Error::Usage(e.to_string()))?;
+                gateway.stop_on(stop);
                 print_text(&format!("listening on http://{addr}\n"));
                 let served = gateway
                     .serve(listener)
@@ -671,7 +674,26 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Mcp {
             command: McpCommand::Serve { listen, approve },
         } => {
-            let loaded = globals.load(&approve)?;
+            // No authentication: only this machine may connect.
+            if let Some(listen) = &listen {
+                let loopback = listen
+                    .parse::<std::net::SocketAddr>()
+                    .map(|a| a.ip().is_loopback())
+                    .unwrap_or_else(|_| listen.starts_with("localhost:"));
+                if !loopback {
+                    return Err(Error::Usage(format!(
+                        "mcp serve --listen {listen}: only a loopback address (127.0.0.1, [::1], localhost); it has no authentication"
+                    )));
+                }
+            }
+            // Signals are taken from here on: a SIGTERM while the upstream servers start
+            // stops the host through its shutdown path (servers included) instead of
+            // killing it and leaving their process groups behind.
+            let stop = {
+                let _on = runtime()?.enter();
+                shutdown_signal()
+            };
+            let loaded = globals.load_as(&approve, false)?;
             let mode = loaded.mode;
             let runtime = runtime()?;
             let sandbox = if matches!(mode, Mode::Code | Mode::Auto) {
@@ -703,7 +725,27 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     })?;
                 host.follow(loaded.catalog.clone());
                 let served = match listen {
-                    None => host.serve_stdio().await,
+                    // MCP clients stop a stdio server by closing stdin or with SIGTERM.
+                    None => {
+                        let mut stop = std::pin::pin!(stop);
+                        let served = tokio::select! {
+                            biased;
+                            _ = &mut stop => Ok(()),
+                            r = host.serve_stdio() => r,
+                        };
+                        // A signal can end stdin's read (the transport then sees it closed)
+                        // just before the signal itself is seen: that is a stop, not an error.
+                        match served {
+                            Err(_)
+                                if tokio::time::timeout(Duration::from_millis(200), &mut stop)
+                                    .await
+                                    .is_ok() =>
+                            {
+                                Ok(())
+                            }
+                            other => other,
+                        }
+                    }
                     Some(listen) => {
                         let listener = tokio::net::TcpListener::bind(&listen)
                             .await
@@ -712,7 +754,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                             .local_addr()
                             .map_err(|e| Error::Usage(e.to_string()))?;
                         print_text(&format!("listening on http://{addr}/mcp\n"));
-                        host.serve_http(listener, shutdown_signal()).await
+                        host.serve_http(listener, stop).await
                     }
                 };
                 if let Some(pool) = spares {
@@ -740,13 +782,14 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 let addr = listener
                     .local_addr()
                     .map_err(|e| Error::Usage(e.to_string()))?;
-                print_text(&format!("listening on http://{addr}\n"));
                 let stop = tokio_util::sync::CancellationToken::new();
                 let signal = stop.clone();
+                let stopping = shutdown_signal();
                 tokio::spawn(async move {
-                    shutdown_signal().await;
+                    stopping.await;
                     signal.cancel();
                 });
+                print_text(&format!("listening on http://{addr}\n"));
                 mock::serve(listener, provider, stop)
                     .await
                     .map_err(|e| Error::Usage(format!("mock provider: {e}")))

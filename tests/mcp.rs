@@ -641,3 +641,104 @@ fn every_page_of_tools_list_is_followed() {
         json!("paged_tool_4 ran")
     );
 }
+
+/// Live processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        if !stat.contains(") Z ") && String::from_utf8_lossy(&cmd).contains(marker) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
+    let marker = format!("stubborn-{}", std::process::id());
+    let script = format!(
+        "node -e 'process.on(\"SIGTERM\", () => {{}}); setInterval(() => {{}}, 1000)' {marker} & exec node {} stdio",
+        everything()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[catalog]\npaths = []\n[mcp.servers.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
+        ),
+    )
+    .unwrap();
+    for how in ["catalog", "serve-sigterm", "stdio-sigterm"] {
+        match how {
+            "catalog" => {
+                let (code, _, all) = toolsearch(&config, &["catalog", "--json"]);
+                assert_eq!(code, 0, "{all}");
+            }
+            "serve-sigterm" => {
+                let (mut serve, _url) =
+                    start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+                assert!(
+                    !processes_with(&marker).is_empty(),
+                    "the member never started"
+                );
+                let pid = serve.0.id().to_string();
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let status = serve.0.wait().unwrap();
+                assert!(status.success(), "{how}: {status}");
+            }
+            _ => {
+                let mut serve = Guard(
+                    Command::new(bin())
+                        .arg("--config")
+                        .arg(&config)
+                        .args(["mcp", "serve"])
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap(),
+                );
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while processes_with(&marker).is_empty() {
+                    assert!(Instant::now() < deadline, "the member never started");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                // Let the hub finish starting, then stop it as MCP clients do.
+                std::thread::sleep(Duration::from_millis(500));
+                let pid = serve.0.id().to_string();
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let status = serve.0.wait().unwrap();
+                let mut err = String::new();
+                if let Some(mut e) = serve.0.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                assert!(status.success(), "{how}: {status}: {err}");
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !processes_with(&marker).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left = processes_with(&marker);
+        for p in &left {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+        assert!(left.is_empty(), "{how}: a group member outlived the host");
+    }
+}
+
+#[test]
+fn mcp_serve_listens_on_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(&config, "").unwrap();
+    let (code, _, all) = toolsearch(&config, &["mcp", "serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(code, 2, "{all}");
+    assert!(all.contains("only a loopback address"), "{all}");
+}

@@ -131,7 +131,7 @@ pub async fn run(
 
 /// Waits until process `pid` has exited, leaving it unreaped (`WNOWAIT`), so the caller can
 /// still kill its group safely before reaping it.
-async fn wait_without_reaping(pid: Option<i32>) {
+pub(crate) async fn wait_without_reaping(pid: Option<i32>) {
     let Some(pid) = pid else { return };
     let _ = tokio::task::spawn_blocking(move || {
         use nix::sys::wait::{Id, WaitPidFlag, waitid};

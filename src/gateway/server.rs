@@ -143,7 +143,7 @@ impl Gateway {
             .with_state(Arc::clone(self))
     }
 
-    /// Serves until SIGTERM, SIGINT or `shutdown` is cancelled.
+    /// Serves until `shutdown` is cancelled (see [`Gateway::stop_on`]).
     pub async fn serve(self: &Arc<Self>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         // Spares need the runtime, so they start here; they die with the pool.
         let _ = self
@@ -157,26 +157,6 @@ impl Gateway {
                 _ => None,
             });
         let stop = self.shutdown.clone();
-        tokio::spawn({
-            let stop = stop.clone();
-            async move {
-                let term = async {
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(mut s) => {
-                            s.recv().await;
-                        }
-                        Err(_) => std::future::pending::<()>().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term => {}
-                    _ = stop.cancelled() => {}
-                }
-                stop.cancel();
-            }
-        });
         let served = axum::serve(listener, self.router())
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await;
@@ -191,7 +171,23 @@ impl Gateway {
         self.shutdown.cancel();
     }
 
-    async fn session(&self, key: &str) -> Result<Arc<Session>, String> {
+    /// Stops the server when `signal` resolves (e.g. [`crate::signals::shutdown`], whose
+    /// handlers are installed when it is called, so no signal meets the default action).
+    pub fn stop_on(
+        self: &Arc<Self>,
+        signal: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = signal => {}
+                _ = stop.cancelled() => {}
+            }
+            stop.cancel();
+        });
+    }
+
+    async fn session(&self, key: &str, keep: bool) -> Result<Arc<Session>, String> {
         let mut sessions = self.sessions.lock().await;
         if let Some(s) = sessions.get(key) {
             return Ok(Arc::clone(s));
@@ -207,7 +203,9 @@ impl Gateway {
             dispatcher: Arc::new(dispatcher),
             history: AsyncMutex::new(Vec::new()),
         });
-        sessions.insert(key.to_string(), Arc::clone(&s));
+        if keep {
+            sessions.insert(key.to_string(), Arc::clone(&s));
+        }
         Ok(s)
     }
 }
@@ -271,23 +269,24 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
             "input: expected a string or a list holding a user message",
         );
     };
-    let key = request
-        .metadata
-        .and_then(|m| m.session_key)
-        .unwrap_or_else(|| {
-            format!(
-                "gw-{}",
-                gw.counter
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            )
-        });
+    let given = request.metadata.and_then(|m| m.session_key);
+    // Without a key the session is this request's alone: kept, it would only hold a log
+    // file open until the gateway stops.
+    let keep = given.is_some();
+    let key = given.unwrap_or_else(|| {
+        format!(
+            "gw-{}",
+            gw.counter
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        )
+    });
     if key.len() > 200 {
         return error(
             StatusCode::BAD_REQUEST,
             "metadata.session_key: at most 200 bytes",
         );
     }
-    let session = match gw.session(&key).await {
+    let session = match gw.session(&key, keep).await {
         Ok(s) => s,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     };

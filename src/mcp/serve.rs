@@ -106,8 +106,14 @@ impl McpHost {
             p.retain(|peer| !peer.is_transport_closed());
             p.clone()
         };
+        // Each in its own task, bounded: a client that does not read its stream must not
+        // hold up the others (or the next rebuild).
         for peer in peers {
-            let _ = peer.notify_tool_list_changed().await;
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), peer.notify_tool_list_changed())
+                        .await;
+            });
         }
     }
 
@@ -116,7 +122,7 @@ impl McpHost {
         let running = Handler(self)
             .serve(rmcp::transport::stdio())
             .await
-            .map_err(|e| Error::Unavailable(format!("mcp serve: {e}")))?;
+            .map_err(|e| Error::Serve(e.to_string()))?;
         let _ = running.waiting().await;
         Ok(())
     }
@@ -144,7 +150,7 @@ impl McpHost {
                 stopping.cancel();
             })
             .await
-            .map_err(|e| Error::Unavailable(format!("mcp serve: {e}")))
+            .map_err(|e| Error::Serve(e.to_string()))
     }
 }
 
@@ -212,11 +218,11 @@ impl ServerHandler for Handler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.0
-            .peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(context.peer);
+        let mut peers = self.0.peers.lock().unwrap_or_else(|p| p.into_inner());
+        // Closed sessions go here too, so a long-lived server whose catalog never changes
+        // does not keep one entry per session it ever had.
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(context.peer);
     }
 
     async fn list_tools(

@@ -11,7 +11,7 @@
 //! environment is the configured `env` plus a few variables of the host (PATH, HOME, ...),
 //! never the rest (the host's API keys stay out); stderr kept as a short tail for the
 //! message that names a failure. Stopping is SIGTERM to the group, a short grace, then
-//! SIGKILL; a dropped hub kills at once.
+//! SIGKILL to the group; a dropped hub (a one-shot command ending) kills at once.
 //!
 //! `notifications/tools/list_changed` makes the hub list that server again and bump its
 //! generation ([`Hub::subscribe`]); hosts rebuild their catalog on every bump, and also
@@ -157,11 +157,19 @@ impl Hub {
                     _ = stop.cancelled() => return,
                     n = incoming.recv() => match n { Some(n) => n, None => return },
                 };
-                let Some(hub) = weak.upgrade() else { return };
-                if let Some(up) = hub.servers.get(&name) {
-                    up.relist().await;
-                    hub.bump();
+                // Every notification queued meanwhile is served by one listing per server:
+                // a server that floods list_changed costs one relist per round, not one each.
+                let mut names = std::collections::BTreeSet::from([name]);
+                while let Ok(n) = incoming.try_recv() {
+                    names.insert(n);
                 }
+                let Some(hub) = weak.upgrade() else { return };
+                for name in names {
+                    if let Some(up) = hub.servers.get(&name) {
+                        up.relist().await;
+                    }
+                }
+                hub.bump();
             }
         });
         hub
@@ -228,7 +236,9 @@ impl Hub {
         for up in self.servers.values() {
             up.signal(nix::sys::signal::Signal::SIGTERM);
         }
-        let deadline = Instant::now() + limits::STOP_GRACE;
+        // Each server's watcher kills its group after the grace and reaps it; this waits
+        // for them, and kills what is left if a watcher is stuck.
+        let deadline = Instant::now() + limits::STOP_GRACE + Duration::from_millis(500);
         while Instant::now() < deadline && self.servers.values().any(|u| lock(&u.pgid).is_some()) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -472,25 +482,27 @@ impl Upstream {
         stop: CancellationToken,
     ) {
         let ended = tokio::select! {
-            _ = stop.cancelled() => None,
-            _ = service.waiting() => Some(()),
+            _ = stop.cancelled() => false,
+            _ = service.waiting() => true,
         };
-        if ended.is_none() {
-            // Stopping: the hub signals the group; reap it here.
-            let status = child.wait().await;
-            *lock(&self.pgid) = None;
-            drop(status);
+        // Let the leader exit by itself first (when stopping, the hub sent SIGTERM; when
+        // the connection closed, it is on its way out), then kill the whole group before
+        // reaping: members that outlived the leader die too, and the group id is still
+        // reserved while the leader is unreaped.
+        let grace = if ended {
+            Duration::from_millis(500)
+        } else {
+            limits::STOP_GRACE
+        };
+        let pid = child.id().and_then(|p| i32::try_from(p).ok());
+        let _ =
+            tokio::time::timeout(grace, crate::executors::process::wait_without_reaping(pid)).await;
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        let status = child.wait().await.ok();
+        *lock(&self.pgid) = None;
+        if !ended {
             return;
         }
-        // The connection closed: the process has exited or is about to.
-        let status = match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
-            Ok(s) => s.ok(),
-            Err(_) => {
-                self.signal(nix::sys::signal::Signal::SIGKILL);
-                child.wait().await.ok()
-            }
-        };
-        *lock(&self.pgid) = None;
         tokio::time::sleep(Duration::from_millis(20)).await;
         let how = match status {
             Some(s) => format!("it exited ({s})"),
@@ -523,11 +535,17 @@ impl Upstream {
                     *s = skipped;
                 }
             }
-            Ok(Err(e)) => self.set_down(format!("tools/list after list_changed failed: {e}")),
-            Err(_) => self.set_down(format!(
-                "tools/list after list_changed took over {} ms",
+            // The server is still connected (its death is the watcher's to report): keep
+            // the list it gave before, and list again at its next list_changed.
+            Ok(Err(e)) => tracing::warn!(
+                "mcp: server `{}`: tools/list after list_changed failed ({e}); keeping its previous tools",
+                self.name()
+            ),
+            Err(_) => tracing::warn!(
+                "mcp: server `{}`: tools/list after list_changed took over {} ms; keeping its previous tools",
+                self.name(),
                 timeout.as_millis()
-            )),
+            ),
         }
     }
 

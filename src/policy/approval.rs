@@ -104,6 +104,15 @@ impl CliApprover {
         })
     }
 
+    /// The same, never asking: for hosts whose stdin is a protocol channel or whose
+    /// callers are not at this terminal (`mcp serve`).
+    pub fn non_interactive(patterns: &[String], toolsets: &Toolsets) -> Result<Self> {
+        Ok(CliApprover {
+            approved: PatternSet::compile(patterns, toolsets, "--approve")?,
+            interactive: false,
+        })
+    }
+
     fn ask(request: &ApprovalRequest) -> ApprovalDecision {
         let mut err = std::io::stderr().lock();
         let _ = write!(

@@ -205,12 +205,17 @@ impl Plan {
         self.statuses.iter().any(|s| s.name == name && s.applied)
     }
 
-    /// Everything for one spawn. Allocates: call before the fork.
-    pub fn prepare(&self, cpu_seconds: u64) -> Prepared {
+    /// Everything for one spawn. Allocates: call before the fork. A Landlock ruleset that
+    /// cannot be built now fails the spawn: the barrier was calibrated as applied, and a
+    /// child must not silently start without it.
+    pub fn prepare(&self, cpu_seconds: u64) -> Result<Prepared, String> {
         let b = &self.policy.barriers;
         let r = &self.policy.rlimits;
         let landlock = if self.is_applied("landlock") {
-            self.ruleset().ok()
+            Some(
+                self.ruleset()
+                    .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?,
+            )
         } else {
             None
         };
@@ -221,7 +226,7 @@ impl Plan {
                 libc::CLONE_NEWUSER | libc::CLONE_NEWNET
             }
         });
-        Prepared {
+        Ok(Prepared {
             setsid: b.setsid,
             pdeathsig: b.parent_death_signal,
             no_new_privs: b.no_new_privs,
@@ -244,7 +249,7 @@ impl Plan {
             } else {
                 Vec::new()
             },
-        }
+        })
     }
 
     fn ruleset(&self) -> Result<RulesetCreated, landlock::RulesetError> {

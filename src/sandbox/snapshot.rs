@@ -43,11 +43,13 @@ pub fn builder_source(runtime: &str) -> String {
 /// Where blobs are kept: `$XDG_CACHE_HOME/toolsearch/snapshots`, else
 /// `$HOME/.cache/toolsearch/snapshots`; none without either (no snapshot is used).
 pub fn default_dir() -> Option<PathBuf> {
-    let base = match std::env::var_os("XDG_CACHE_HOME") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(".cache"),
+    // A relative XDG_CACHE_HOME is to be ignored (XDG base directory spec); so is HOME.
+    let base = match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
     };
-    Some(base.join("toolsearch").join("snapshots"))
+    base.is_absolute()
+        .then(|| base.join("toolsearch").join("snapshots"))
 }
 
 /// The blob for this Node, these V8 flags and this runtime: the cached one if present,
@@ -93,6 +95,20 @@ fn prepare_dir(dir: &Path) -> Result<(), String> {
     if meta.mode() & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    // Whoever can rename entries in a parent could swap the whole directory: every
+    // ancestor must belong to root or this user and be writable by no one else, unless
+    // sticky (as /tmp: others cannot rename what is ours there).
+    let me = nix::unistd::geteuid().as_raw();
+    for parent in dir.ancestors().skip(1) {
+        let m = fs::metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        let sticky = m.mode() & 0o1000 != 0;
+        if (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "{} is writable by others or owned by another user; no snapshot cache under it",
+                parent.display()
+            ));
+        }
     }
     Ok(())
 }
@@ -240,6 +256,17 @@ mod tests {
         build(dir.path(), &blob, &node, &flags, &source).unwrap();
         assert_eq!(fs::metadata(&blob).unwrap().ino(), inode);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn refuses_a_cache_under_a_directory_others_can_write() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure(&open.join("cache"), &node, &[], "0").unwrap_err();
+        assert!(err.contains("writable by others"), "{err}");
     }
 
     #[test]
