@@ -138,6 +138,9 @@ fn build(
     let stem = format!(".build-{}-{n}", std::process::id());
     let script = dir.join(format!("{stem}.js"));
     let partial = dir.join(format!("{stem}.blob"));
+    // stderr to a file, not a pipe: a builder that writes more than a pipe holds would
+    // block until the deadline while nobody reads.
+    let errors = dir.join(format!("{stem}.err"));
     let result = (|| {
         let mut f = fs::OpenOptions::new()
             .write(true)
@@ -148,6 +151,8 @@ fn build(
         f.write_all(source.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
         drop(f);
+        let err_file = fs::File::create(&errors)
+            .map_err(|e| format!("cannot write {}: {e}", errors.display()))?;
         let mut child = Command::new(&node.path)
             .args(flags)
             .arg("--snapshot-blob")
@@ -158,7 +163,7 @@ fn build(
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(err_file)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", node.path.display()))?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -176,10 +181,7 @@ fn build(
             }
         };
         if !status.success() {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
+            let err = fs::read_to_string(&errors).unwrap_or_default();
             let tail: String = err.trim().lines().last().unwrap_or("").to_string();
             return Err(format!(
                 "node --build-snapshot exited with {status}: {tail}"
@@ -199,6 +201,7 @@ fn build(
     })();
     let _ = fs::remove_file(&script);
     let _ = fs::remove_file(&partial);
+    let _ = fs::remove_file(&errors);
     result
 }
 
