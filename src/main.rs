@@ -299,6 +299,17 @@ fn catalog_sources(
     Ok((sources, live))
 }
 
+/// The sandbox of a host whose mode may run code (code, auto): `Ok(None)` for the other
+/// modes, `Err(why)` when code mode cannot run here (the surface then falls back).
+fn code_sandbox(mode: Mode, config: &Config) -> Result<Option<Arc<Sandbox>>, String> {
+    if !matches!(mode, Mode::Code | Mode::Auto) {
+        return Ok(None);
+    }
+    Sandbox::from_config(&config.sandbox)
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|e| e.message)
+}
+
 fn runtime_if(needed: bool) -> Result<Option<&'static tokio::runtime::Runtime>, Error> {
     if needed {
         runtime().map(Some)
@@ -628,13 +639,9 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                     }
                 })?;
             let runtime = runtime()?;
-            let (sandbox, code_unavailable) = if matches!(mode, Mode::Code | Mode::Auto) {
-                match Sandbox::from_config(&config.sandbox) {
-                    Ok(s) => (Some(Arc::new(s)), None),
-                    Err(e) => (None, Some(e.message)),
-                }
-            } else {
-                (None, None)
+            let (sandbox, code_unavailable) = match code_sandbox(mode, &config) {
+                Ok(s) => (s, None),
+                Err(e) => (None, Some(e)),
             };
             let state_dir = globals
                 .state_dir
@@ -696,13 +703,8 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             let loaded = globals.load_as(&approve, false)?;
             let mode = loaded.mode;
             let runtime = runtime()?;
-            let sandbox = if matches!(mode, Mode::Code | Mode::Auto) {
-                Sandbox::from_config(&loaded.config.sandbox)
-                    .map(Arc::new)
-                    .map_err(|e| e.message)
-            } else {
-                Err(format!("mode {} does not run code", mode.as_str()))
-            };
+            let sandbox = code_sandbox(mode, &loaded.config)
+                .and_then(|s| s.ok_or_else(|| format!("mode {} does not run code", mode.as_str())));
             let timeout =
                 Duration::from_millis(loaded.dispatcher.catalog().settings().code_timeout_ms);
             let hub = loaded.hub.clone();
