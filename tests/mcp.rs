@@ -88,6 +88,13 @@ fn toolsearch(config: &Path, args: &[&str]) -> (i32, Value, String) {
     )
 }
 
+/// The string `key` of each object in the array `list`.
+fn field<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .map(|items| items.iter().filter_map(|i| i[key].as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// A child killed when the test ends, passed or not.
 struct Guard(std::process::Child);
 
@@ -155,12 +162,7 @@ fn the_three_reference_servers_are_cataloged_and_searchable() {
         assert_eq!(s["up"], json!(true), "{s}");
         assert!(s["tools"].as_u64().unwrap() >= 5, "{s}");
     }
-    let ids: Vec<&str> = catalog["cataloged"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["id"].as_str())
-        .collect();
+    let ids = field(&catalog["cataloged"], "id");
     for id in [
         "mcp:everything:echo",
         "mcp:files:read_text_file",
@@ -183,13 +185,7 @@ fn the_three_reference_servers_are_cataloged_and_searchable() {
         &["search", "read the contents of a text file", "--json"],
     );
     assert_eq!(code, 0, "{all}");
-    let top: Vec<&str> = hits
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(5)
-        .filter_map(|h| h["id"].as_str())
-        .collect();
+    let top: Vec<&str> = field(&hits, "id").into_iter().take(5).collect();
     assert!(
         top.iter().any(|id| id.starts_with("mcp:files:read")),
         "{top:?}"
@@ -433,12 +429,7 @@ fn the_sdk_client_runs_tool_search_code_over_stdio() {
         ]}),
     );
     assert_eq!(out["server"]["name"], json!("toolsearch"), "{out}");
-    let names: Vec<&str> = out["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = field(&out["tools"], "name");
     // The control tool, then the demo catalog's direct-only tools.
     assert_eq!(
         names,
@@ -472,12 +463,7 @@ mode = "tools"
             {"name": "tool_call", "arguments": {"id": "mcp:dynamic:add_tool", "args": {"name": "late_tool"}}},
         ]}),
     );
-    let names: Vec<&str> = out["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = field(&out["tools"], "name");
     assert_eq!(
         names,
         [
@@ -620,11 +606,8 @@ fn every_page_of_tools_list_is_followed() {
     .unwrap();
     let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
     assert_eq!(code, 0, "{all}");
-    let ids: Vec<&str> = catalog["cataloged"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["id"].as_str())
+    let ids: Vec<&str> = field(&catalog["cataloged"], "id")
+        .into_iter()
         .filter(|id| id.starts_with("mcp:paged:"))
         .collect();
     assert_eq!(

@@ -129,6 +129,37 @@ pub async fn run(
     })
 }
 
+/// Keeps the last `keep` characters of `reader` (a child's stderr) as it arrives, from a
+/// task of its own; `watch` sees the text kept so far after each chunk, before it is cut.
+pub(crate) fn keep_tail<R>(
+    mut reader: R,
+    keep: usize,
+    watch: impl Fn(&str) + Send + 'static,
+) -> std::sync::Arc<std::sync::Mutex<String>>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = std::sync::Arc::clone(&tail);
+    tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let mut t = kept.lock().unwrap_or_else(|p| p.into_inner());
+            t.push_str(&String::from_utf8_lossy(&buf[..n]));
+            watch(&t);
+            // Cut now and then, not at every chunk: a flood costs amortised linear time.
+            let len = t.chars().count();
+            if len > keep * 4 {
+                *t = t.chars().skip(len - keep).collect();
+            }
+        }
+    });
+    tail
+}
+
 /// Waits until process `pid` has exited, leaving it unreaped (`WNOWAIT`), so the caller can
 /// still kill its group safely before reaping it.
 pub(crate) async fn wait_without_reaping(pid: Option<i32>) {

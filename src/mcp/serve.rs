@@ -22,6 +22,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
+use super::upstream::lock;
 use crate::catalog::Catalog;
 use crate::config::{Config, Mode};
 use crate::dispatch::Dispatcher;
@@ -102,7 +103,7 @@ impl McpHost {
 
     async fn notify_tools_changed(&self) {
         let peers: Vec<Peer<RoleServer>> = {
-            let mut p = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut p = lock(&self.peers);
             p.retain(|peer| !peer.is_transport_closed());
             p.clone()
         };
@@ -218,7 +219,7 @@ impl ServerHandler for Handler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let mut peers = self.0.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.0.peers);
         // Closed sessions go here too, so a long-lived server whose catalog never changes
         // does not keep one entry per session it ever had.
         peers.retain(|p| !p.is_transport_closed());

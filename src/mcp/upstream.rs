@@ -31,7 +31,6 @@ use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningServic
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -257,7 +256,8 @@ impl Drop for Hub {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A lock that a panicked holder does not poison for the rest of the host.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -450,24 +450,12 @@ impl Upstream {
             .spawn()
             .map_err(|e| format!("cannot start `{command}`: {e}"))?;
         *lock(&self.pgid) = child.id().and_then(|p| i32::try_from(p).ok());
-        let tail = Arc::new(Mutex::new(String::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let tail = Arc::clone(&tail);
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut t = lock(&tail);
-                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    let len = t.chars().count();
-                    if len > limits::STDERR_TAIL_CHARS * 4 {
-                        *t = t.chars().skip(len - limits::STDERR_TAIL_CHARS).collect();
-                    }
-                }
-            });
-        }
+        let tail = match child.stderr.take() {
+            Some(err) => {
+                crate::executors::process::keep_tail(err, limits::STDERR_TAIL_CHARS, |_| {})
+            }
+            None => Arc::new(Mutex::new(String::new())),
+        };
         Ok((child, tail))
     }
 

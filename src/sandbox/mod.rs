@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::task::JoinSet;
@@ -462,32 +462,22 @@ impl Sandbox {
         let stream = UnixStream::from_std(parent)
             .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
         let (read, writer) = stream.into_split();
-        let stderr = Arc::new(Mutex::new(String::new()));
         let out_of_memory = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if let Some(mut err) = process.stderr.take() {
-            let tail = Arc::clone(&stderr);
-            let oom = Arc::clone(&out_of_memory);
-            let keep = self.policy.limits.stderr_tail_chars;
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut t) = tail.lock() {
-                        t.push_str(&String::from_utf8_lossy(&buf[..n]));
+        let stderr = match process.stderr.take() {
+            Some(err) => {
+                let oom = Arc::clone(&out_of_memory);
+                crate::executors::process::keep_tail(
+                    err,
+                    self.policy.limits.stderr_tail_chars,
+                    move |t| {
                         if t.contains("heap out of memory") || t.contains("Reached heap limit") {
                             oom.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
-                        let len = t.chars().count();
-                        if len > keep * 4 {
-                            let cut: String = t.chars().skip(len - keep).collect();
-                            *t = cut;
-                        }
-                    }
-                }
-            });
-        }
+                    },
+                )
+            }
+            None => Arc::new(Mutex::new(String::new())),
+        };
         Ok(Child {
             process,
             pgid,
