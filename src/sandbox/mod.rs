@@ -383,7 +383,7 @@ impl Sandbox {
         match self.spawn_ready(Entry::Snapshot(blob), timeout).await {
             // The blob went away under a running host (someone cleared the cache): start
             // this child inline rather than fail the run.
-            Err(e) if e.code == "child-exited" && e.message.contains("exit code 14") => {
+            Err(e) if e.code == "child-exited" && !blob.exists() => {
                 tracing::warn!("sandbox: the startup snapshot failed ({e}); starting inline");
                 self.spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
                     .await
