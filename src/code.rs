@@ -174,17 +174,17 @@ pub async fn run_with(
         describe_count: bridge.counts.describes.load(Ordering::Relaxed),
         call_count: bridge.counts.calls.load(Ordering::Relaxed),
     };
-    let result = match outcome {
-        Ok(out) => CodeResult::Ok {
+    let result = match outcome.outcome {
+        Ok(value) => CodeResult::Ok {
             ok: true,
-            value: out.value,
-            logs: out.logs,
+            value,
+            logs: outcome.logs,
             telemetry,
         },
         Err(error) => CodeResult::Err {
             ok: false,
             error,
-            logs: Vec::new(),
+            logs: outcome.logs,
             telemetry,
         },
     };

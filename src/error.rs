@@ -124,7 +124,18 @@ pub enum Error {
 }
 
 fn unknown_tool_message(requested: &str, suggestions: &[String], hint: &str) -> String {
-    let mut message = format!("unknown tool `{requested}`");
+    // The name as sent is echoed, but not without bound: a caller's 60 KB "id" is not worth
+    // 60 KB of the model's context.
+    const SHOWN: usize = 200;
+    let mut message = if requested.chars().count() > SHOWN {
+        let head: String = requested.chars().take(SHOWN).collect();
+        format!(
+            "unknown tool `{head}...` ({} bytes; no tool id is that long)",
+            requested.len()
+        )
+    } else {
+        format!("unknown tool `{requested}`")
+    };
     if !suggestions.is_empty() {
         message.push_str("; did you mean ");
         message.push_str(

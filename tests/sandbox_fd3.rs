@@ -44,7 +44,8 @@ fn with_fd_3_free_every_barrier_applies_and_runs_work() {
                 Duration::from_secs(20),
                 Arc::new(Echo),
             ))
+            .outcome
             .expect("a run");
-        assert_eq!(out.value[0], json!("x"));
+        assert_eq!(out[0], json!("x"));
     }
 }

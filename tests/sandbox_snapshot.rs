@@ -44,19 +44,14 @@ fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {
             Duration::from_secs(20),
             Arc::new(Echo),
         ))
+        .outcome
     };
-    assert_eq!(run().expect("a run from the snapshot").value[0], json!("x"));
+    assert_eq!(run().expect("a run from the snapshot")[0], json!("x"));
     // Another inode at the same path (as if rebuilt by someone else), then no file at all.
     let copy = blob.with_extension("copy");
     std::fs::copy(&blob, &copy).unwrap();
     std::fs::rename(&copy, &blob).unwrap();
-    assert_eq!(
-        run().expect("a run after the blob changed").value[0],
-        json!("x")
-    );
+    assert_eq!(run().expect("a run after the blob changed")[0], json!("x"));
     std::fs::remove_file(&blob).unwrap();
-    assert_eq!(
-        run().expect("a run after the blob went").value[0],
-        json!("x")
-    );
+    assert_eq!(run().expect("a run after the blob went")[0], json!("x"));
 }

@@ -46,6 +46,11 @@ pub mod batch_limits {
 /// Suggestions offered for an unknown id.
 const MAX_SUGGESTIONS: usize = 3;
 
+/// An unknown id longer than this gets no suggestions: no tool id is that long, and edit
+/// distance against every entry would cost the host time in proportion to what a caller
+/// (a model, or a sandbox child) chose to send.
+pub const MAX_SUGGEST_BYTES: usize = 256;
+
 /// One visible tool with its precomputed compact form.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -414,16 +419,28 @@ impl Catalog {
     /// Up to three ids close to an unknown one: by edit distance to names and ids, then by
     /// search on its words.
     pub fn suggest(&self, requested: &str) -> Vec<String> {
+        if requested.len() > MAX_SUGGEST_BYTES {
+            return Vec::new();
+        }
         let wanted = requested.to_lowercase();
         let wanted_name = wanted.rsplit(':').next().unwrap_or(&wanted).to_string();
+        // Two strings whose lengths differ by more than half the longer one are below the
+        // 0.5 similarity kept: skip them without computing the distance.
+        let similar = |a: &str, b: &str| {
+            let (la, lb) = (a.chars().count(), b.chars().count());
+            if la.abs_diff(lb) * 2 > la.max(lb) {
+                0.0
+            } else {
+                strsim::normalized_levenshtein(a, b)
+            }
+        };
         let mut scored: Vec<(f64, usize)> = self
             .entries
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let by_id = strsim::normalized_levenshtein(&wanted, &e.id.to_lowercase());
-                let by_name =
-                    strsim::normalized_levenshtein(&wanted_name, &e.descriptor.name.to_lowercase());
+                let by_id = similar(&wanted, &e.id.to_lowercase());
+                let by_name = similar(&wanted_name, &e.descriptor.name.to_lowercase());
                 (by_id.max(by_name), i)
             })
             .filter(|(s, _)| *s >= 0.5)
@@ -566,6 +583,26 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn a_huge_unknown_id_gets_no_suggestions_and_a_short_message() {
+        let c = demo();
+        let huge = format!("openclaw:github:create_issue{}", "x".repeat(60_000));
+        match c.resolve(&huge) {
+            Err(e @ Error::UnknownTool { .. }) => {
+                let Error::UnknownTool { suggestions, .. } = &e else {
+                    unreachable!()
+                };
+                assert!(suggestions.is_empty());
+                assert!(e.to_string().len() < 1_000, "{}", e.to_string().len());
+                assert!(e.to_string().contains("60028 bytes"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Just under the bound, suggestions still work.
+        let near = format!("openclaw:github:create_issu{}", "");
+        assert!(!c.suggest(&near).is_empty());
     }
 
     #[test]

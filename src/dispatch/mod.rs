@@ -21,6 +21,7 @@
 
 pub mod envelope;
 mod validate;
+pub use validate::check_declared;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

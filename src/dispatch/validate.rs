@@ -24,31 +24,7 @@ impl Validators {
     /// JSON pointer.
     pub(super) fn check(&self, entry: &Entry, args: &Value) -> Result<()> {
         let validator = self.get(entry)?;
-        let mut errors: Vec<String> = Vec::new();
-        let mut more = 0;
-        for e in validator.iter_errors(args) {
-            if errors.len() < MAX_LISTED {
-                let pointer = e.instance_path().to_string();
-                let at = if pointer.is_empty() {
-                    "/".to_string()
-                } else {
-                    pointer
-                };
-                errors.push(format!("{at}: {e}"));
-            } else {
-                more += 1;
-            }
-        }
-        if errors.is_empty() {
-            return Ok(());
-        }
-        if more > 0 {
-            errors.push(format!("... and {more} more"));
-        }
-        Err(Error::InvalidArguments {
-            id: entry.id.clone(),
-            errors,
-        })
+        listed(&validator, &entry.id, args)
     }
 
     fn get(&self, entry: &Entry) -> Result<Arc<jsonschema::Validator>> {
@@ -75,4 +51,44 @@ impl Validators {
         }
         Ok(validator)
     }
+}
+
+/// `Ok` when `args` satisfy `validator`, else every failure with its JSON pointer.
+fn listed(validator: &jsonschema::Validator, id: &str, args: &Value) -> Result<()> {
+    let mut errors: Vec<String> = Vec::new();
+    let mut more = 0;
+    for e in validator.iter_errors(args) {
+        if errors.len() < MAX_LISTED {
+            let pointer = e.instance_path().to_string();
+            let at = if pointer.is_empty() {
+                "/".to_string()
+            } else {
+                pointer
+            };
+            errors.push(format!("{at}: {e}"));
+        } else {
+            more += 1;
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    if more > 0 {
+        errors.push(format!("... and {more} more"));
+    }
+    Err(Error::InvalidArguments {
+        id: id.to_string(),
+        errors,
+    })
+}
+
+/// Checks the arguments of a tool the host itself declares (the surface's control tools,
+/// whose schemas are fixed and small, so compiling per call costs microseconds) with the
+/// same listing as a catalog tool's.
+pub fn check_declared(name: &str, schema: &Value, args: &Value) -> Result<()> {
+    let validator = jsonschema::validator_for(schema).map_err(|e| Error::BadSchema {
+        id: name.to_string(),
+        message: e.to_string(),
+    })?;
+    listed(&validator, name, args)
 }

@@ -129,19 +129,62 @@ pub async fn run(
     })
 }
 
-/// Keeps the last `keep` characters of `reader` (a child's stderr) as it arrives, from a
-/// task of its own; `watch` sees the text kept so far after each chunk, before it is cut.
-pub(crate) fn keep_tail<R>(
-    mut reader: R,
-    keep: usize,
-    watch: impl Fn(&str) + Send + 'static,
-) -> std::sync::Arc<std::sync::Mutex<String>>
+/// The end of a child's stderr, kept as it arrives by a task of its own.
+pub(crate) struct StderrTail {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl StderrTail {
+    /// A tail for a child without stderr.
+    pub(crate) fn empty() -> Self {
+        StderrTail {
+            text: Default::default(),
+            reader: None,
+        }
+    }
+
+    /// The text kept so far.
+    pub(crate) fn text(&self) -> String {
+        self.text.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The text once the reader has seen the end of the pipe (the child and everything
+    /// that shared its stderr are gone), or after `within`, whichever comes first: a
+    /// grandchild that kept the pipe open cannot hold the caller.
+    pub(crate) async fn finished(&mut self, within: Duration) -> String {
+        if let Some(reader) = self.reader.as_mut()
+            && tokio::time::timeout(within, reader).await.is_ok()
+        {
+            self.reader = None;
+        }
+        self.text()
+    }
+
+    /// The shared text, with the reader left running until the pipe's end (dropping the
+    /// handle detaches the task), for a caller that keeps the text longer than this value.
+    pub(crate) fn detach(mut self) -> std::sync::Arc<std::sync::Mutex<String>> {
+        self.reader = None;
+        std::sync::Arc::clone(&self.text)
+    }
+}
+
+impl Drop for StderrTail {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            reader.abort();
+        }
+    }
+}
+
+/// Keeps the last `keep` characters of `reader` (a child's stderr) as it arrives.
+pub(crate) fn keep_tail<R>(mut reader: R, keep: usize) -> StderrTail
 where
     R: AsyncRead + Unpin + Send + 'static,
 {
-    let tail = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let kept = std::sync::Arc::clone(&tail);
-    tokio::spawn(async move {
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = std::sync::Arc::clone(&text);
+    let reader = tokio::spawn(async move {
         let mut buf = [0u8; 4096];
         while let Ok(n) = reader.read(&mut buf).await {
             if n == 0 {
@@ -149,7 +192,6 @@ where
             }
             let mut t = kept.lock().unwrap_or_else(|p| p.into_inner());
             t.push_str(&String::from_utf8_lossy(&buf[..n]));
-            watch(&t);
             // Cut now and then, not at every chunk: a flood costs amortised linear time.
             let len = t.chars().count();
             if len > keep * 4 {
@@ -157,7 +199,10 @@ where
             }
         }
     });
-    tail
+    StderrTail {
+        text,
+        reader: Some(reader),
+    }
 }
 
 /// Waits until process `pid` has exited, leaving it unreaped (`WNOWAIT`), so the caller can

@@ -397,7 +397,21 @@ impl Agent {
 
     async fn run_one(&self, call: &ToolCall, run_id: &str, abort: CancellationToken) -> Outcome {
         let d = &self.dispatcher;
-        let declared_control = self.surface.tools.iter().any(|t| t.name == call.name);
+        let control = self
+            .surface
+            .tools
+            .iter()
+            .find(|t| t.name == call.name && surface::is_control(&t.name));
+        // A control tool's arguments meet its own declared schema first, at every front
+        // (gateway, `mcp serve`, tools mode): `{"code": 42}` is refused, not run as "".
+        if let Some(spec) = control
+            && let Err(e) =
+                crate::dispatch::check_declared(&spec.name, &spec.parameters, &call.arguments)
+        {
+            let error = json!({"ok": false, "error": {"code": e.code(), "message": e.to_string()}});
+            return Outcome::json(&error, true);
+        }
+        let declared_control = control.is_some();
         match call.name.as_str() {
             surface::TOOL_SEARCH_CODE if declared_control => {
                 let code = call

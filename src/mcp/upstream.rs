@@ -451,12 +451,10 @@ impl Upstream {
             .map_err(|e| format!("cannot start `{command}`: {e}"))?;
         *lock(&self.pgid) = child.id().and_then(|p| i32::try_from(p).ok());
         let tail = match child.stderr.take() {
-            Some(err) => {
-                crate::executors::process::keep_tail(err, limits::STDERR_TAIL_CHARS, |_| {})
-            }
-            None => Arc::new(Mutex::new(String::new())),
+            Some(err) => crate::executors::process::keep_tail(err, limits::STDERR_TAIL_CHARS),
+            None => crate::executors::process::StderrTail::empty(),
         };
-        Ok((child, tail))
+        Ok((child, tail.detach()))
     }
 
     /// Waits for the server to go (its connection closes or it exits), then marks it

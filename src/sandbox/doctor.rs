@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 use super::barriers::BarrierStatus;
@@ -98,8 +97,8 @@ pub async fn run(sandbox: &Sandbox) -> Report {
         heap_cap_mib: sandbox.policy().node.max_old_space_mib,
         snapshot: sandbox.snapshot().map(|p| p.to_path_buf()),
         barriers: sandbox.barriers().to_vec(),
-        cold_run_ms: cold.is_ok().then_some(cold_ms),
-        cold_run_error: cold.err().map(|e| e.to_string()),
+        cold_run_ms: cold.outcome.is_ok().then_some(cold_ms),
+        cold_run_error: cold.outcome.err().map(|e| e.to_string()),
         node_e0_ms,
         probes,
         probe_error,
@@ -142,18 +141,16 @@ async fn probe(sandbox: &Sandbox) -> Result<Vec<ProbeLine>, String> {
     let mut child = sandbox
         .spawn_script(PROBE_JS, &[target.to_string()], Duration::from_secs(10))
         .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    let read =
-        tokio::time::timeout(Duration::from_secs(10), child.reader.read_line(&mut line)).await;
+    let read = tokio::time::timeout(Duration::from_secs(10), child.read_raw_line(64 * 1024)).await;
     child.kill_and_reap().await;
     // Give the listeners a moment to see late arrivals.
     tokio::time::sleep(Duration::from_millis(50)).await;
     watchers.abort();
     let _ = std::fs::remove_dir_all(&dir);
-    match read {
-        Ok(Ok(n)) if n > 0 => {}
+    let line = match read {
+        Ok(Some(line)) => line,
         _ => return Err("the probe child gave no report".into()),
-    }
+    };
     let results: serde_json::Map<String, Value> = serde_json::from_str(line.trim())
         .map_err(|e| format!("the probe's report is not JSON: {e}"))?;
     let arrived = |name: &str| match name {

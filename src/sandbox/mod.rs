@@ -14,6 +14,8 @@ pub mod policy;
 pub mod protocol;
 pub mod snapshot;
 pub mod spares;
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -21,21 +23,26 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
+
+use crate::executors::process::StderrTail;
 
 use barriers::{BarrierStatus, Plan};
 pub use node::NodeInfo;
 pub use policy::SandboxPolicy;
-use protocol::{BridgeMethod, ChildFrame, LogLevel};
+use protocol::{BridgeMethod, ChildFrame, Frame, FrameCodec, LogLevel, ProtocolError};
 
 /// The program the child runs: from a startup snapshot built from it ([`snapshot`]), or
 /// inline with `-e`; either way no file grant is needed.
@@ -90,10 +97,12 @@ pub struct LogLine {
     pub text: String,
 }
 
-/// A successful run.
+/// What a run gave: its value or its error, and every console line the guest wrote before
+/// it ended. The logs are kept on failure too (a timeout, a thrown error, a dead child):
+/// they are what a model needs to fix its code.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunOutput {
-    pub value: Value,
+pub struct RunReport {
+    pub outcome: Result<Value, SandboxError>,
     pub logs: Vec<LogLine>,
 }
 
@@ -120,12 +129,10 @@ enum Entry<'a> {
 pub struct Child {
     process: tokio::process::Child,
     pgid: Option<i32>,
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
-    stderr: Arc<Mutex<String>>,
-    /// V8 reported its heap exhausted (the line comes first in a long stack dump, so it
-    /// is looked for as stderr arrives, not in the kept tail).
-    out_of_memory: Arc<std::sync::atomic::AtomicBool>,
+    frames: FramedRead<OwnedReadHalf, FrameCodec>,
+    /// Taken by the run's outbox; a child runs once.
+    writer: Option<OwnedWriteHalf>,
+    stderr: StderrTail,
 }
 
 impl Child {
@@ -136,6 +143,18 @@ impl Child {
         kill_group(self.pgid);
         let _ = self.process.wait().await;
         self.pgid = None;
+    }
+
+    /// One line of at most `max` bytes from a child that speaks no protocol frames (the
+    /// doctor's probe script), before anything was read as frames.
+    pub(crate) async fn read_raw_line(&mut self, max: u64) -> Option<String> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        let mut reader = tokio::io::BufReader::new(self.frames.get_mut().take(max));
+        let mut line = String::new();
+        match reader.read_line(&mut line).await {
+            Ok(n) if n > 0 => Some(line),
+            _ => None,
+        }
     }
 
     /// Whether the child is still running; if it has exited, it is now reaped and never
@@ -166,6 +185,55 @@ fn kill_group(pgid: Option<i32>) {
         );
     }
 }
+
+/// Frames to the child go through a task of their own. A child that stops reading fills
+/// the socket and blocks that task, never the run loop, which keeps watching the deadline.
+/// The queue holds at most one answer per bridge call plus the `run` frame, so it is
+/// bounded by the calls a run may make and never has to wait for room.
+struct Outbox {
+    queue: mpsc::Sender<Vec<u8>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Outbox {
+    fn start(mut writer: OwnedWriteHalf, capacity: usize) -> Self {
+        let (queue, mut rx) = mpsc::channel::<Vec<u8>>(capacity.max(1));
+        let task = tokio::spawn(async move {
+            while let Some(bytes) = rx.recv().await {
+                if writer.write_all(&bytes).await.is_err() {
+                    // The child closed its end: the read side says how it ended.
+                    break;
+                }
+            }
+        });
+        Outbox { queue, task }
+    }
+
+    fn send(&self, frame: &Value) -> Result<(), SandboxError> {
+        let mut bytes = frame.to_string().into_bytes();
+        bytes.push(b'\n');
+        match self.queue.try_send(bytes) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(SandboxError::new(
+                "protocol",
+                "more answers are queued for the child than it made calls",
+            )),
+        }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Bytes a `bridge` frame may carry beyond its arguments (`{"type":"bridge","id":N,
+/// "method":"describe","args":...}`), so the parent can bound the arguments by the line.
+const BRIDGE_FRAME_OVERHEAD: usize = 128;
+
+/// Bytes a `result` frame may carry beyond its value.
+const RESULT_FRAME_OVERHEAD: usize = 64;
 
 impl Sandbox {
     /// Finds and probes Node, prepares the barriers and calibrates them with one real
@@ -399,14 +467,17 @@ impl Sandbox {
     ) -> Result<Child, SandboxError> {
         let mut child = self.spawn_entry(entry, timeout)?;
         let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
-        match tokio::time::timeout(startup, self.read_frame(&mut child)).await {
-            Ok(Ok(Some(ChildFrame::Ready {}))) => Ok(child),
-            Ok(Ok(Some(other))) => Err(SandboxError::new(
+        match tokio::time::timeout(startup, child.frames.next()).await {
+            Ok(Some(Ok(Frame {
+                frame: ChildFrame::Ready {},
+                ..
+            }))) => Ok(child),
+            Ok(Some(Ok(other))) => Err(SandboxError::new(
                 "protocol",
-                format!("expected `ready` from the child, got {other:?}"),
+                format!("expected `ready` from the child, got {:?}", other.frame),
             )),
-            Ok(Ok(None)) => Err(self.exited(&mut child).await),
-            Ok(Err(e)) => Err(e),
+            Ok(None | Some(Err(ProtocolError::Io(_)))) => Err(self.exited(&mut child).await),
+            Ok(Some(Err(e))) => Err(SandboxError::new("protocol", e.to_string())),
             Err(_) => Err(SandboxError::new(
                 "child-exited",
                 format!("the child was not ready within {} ms", startup.as_millis()),
@@ -462,41 +533,30 @@ impl Sandbox {
         let stream = UnixStream::from_std(parent)
             .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
         let (read, writer) = stream.into_split();
-        let out_of_memory = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stderr = match process.stderr.take() {
             Some(err) => {
-                let oom = Arc::clone(&out_of_memory);
-                crate::executors::process::keep_tail(
-                    err,
-                    self.policy.limits.stderr_tail_chars,
-                    move |t| {
-                        if t.contains("heap out of memory") || t.contains("Reached heap limit") {
-                            oom.store(true, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    },
-                )
+                crate::executors::process::keep_tail(err, self.policy.limits.stderr_tail_chars)
             }
-            None => Arc::new(Mutex::new(String::new())),
+            None => StderrTail::empty(),
         };
         Ok(Child {
             process,
             pgid,
-            reader: BufReader::new(read),
-            writer,
+            frames: FramedRead::new(read, FrameCodec::new(self.policy.limits.max_frame_bytes)),
+            writer: Some(writer),
             stderr,
-            out_of_memory,
         })
     }
 
     /// Spawns a child and runs `code` on it.
-    pub async fn run(
-        &self,
-        code: &str,
-        timeout: Duration,
-        bridge: Arc<dyn Bridge>,
-    ) -> Result<RunOutput, SandboxError> {
-        let child = self.spawn(timeout).await?;
-        self.run_on(child, code, timeout, bridge).await
+    pub async fn run(&self, code: &str, timeout: Duration, bridge: Arc<dyn Bridge>) -> RunReport {
+        match self.spawn(timeout).await {
+            Ok(child) => self.run_on(child, code, timeout, bridge).await,
+            Err(e) => RunReport {
+                outcome: Err(e),
+                logs: Vec::new(),
+            },
+        }
     }
 
     /// Runs `code` on a ready child, then kills the child's group whatever happened.
@@ -506,14 +566,21 @@ impl Sandbox {
         code: &str,
         timeout: Duration,
         bridge: Arc<dyn Bridge>,
-    ) -> Result<RunOutput, SandboxError> {
+    ) -> RunReport {
         let cancel = CancellationToken::new();
-        let result = self.drive(&mut child, code, timeout, bridge, &cancel).await;
+        let mut logs = Vec::new();
+        let outcome = self
+            .drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
+            .await;
         cancel.cancel();
         child.kill_and_reap().await;
-        result
+        RunReport { outcome, logs }
     }
 
+    /// The run loop. Nothing in it waits on the child except the framed read, which is
+    /// safe to cancel: writes are queued to the [`Outbox`], bridge calls run as tasks
+    /// (at most `max_calls_in_flight` at once), so the deadline arm is always polled and
+    /// wins whenever it has passed.
     async fn drive(
         &self,
         child: &mut Child,
@@ -521,9 +588,17 @@ impl Sandbox {
         timeout: Duration,
         bridge: Arc<dyn Bridge>,
         cancel: &CancellationToken,
-    ) -> Result<RunOutput, SandboxError> {
+        logs: &mut Vec<LogLine>,
+    ) -> Result<Value, SandboxError> {
         let l = &self.policy.limits;
-        let run = json!({
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let writer = child
+            .writer
+            .take()
+            .ok_or_else(|| SandboxError::new("protocol", "this child has already run"))?;
+        let outbox = Outbox::start(writer, l.max_bridge_calls + 1);
+        outbox.send(&json!({
             "type": "run",
             "code": code,
             "limits": {
@@ -534,38 +609,51 @@ impl Sandbox {
                 "maxArgBytes": l.max_arg_bytes,
                 "syncTimeoutMs": timeout.as_millis() as u64,
             },
-        });
-        self.write_frame(child, &run).await?;
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut logs = Vec::new();
+        }))?;
+        let timed_out = || {
+            SandboxError::new(
+                "timeout",
+                format!(
+                    "tool_search_code timed out after {} ms",
+                    timeout.as_millis()
+                ),
+            )
+        };
+        let permits = Arc::new(Semaphore::new(l.max_calls_in_flight.max(1)));
         let mut log_bytes = 0usize;
         let mut in_flight: JoinSet<(u64, Result<Value, BridgeFailure>)> = JoinSet::new();
         let mut bridge_calls = 0usize;
         loop {
             tokio::select! {
-                _ = &mut deadline => {
-                    in_flight.abort_all();
-                    return Err(SandboxError::new(
-                        "timeout",
-                        format!("tool_search_code timed out after {} ms", timeout.as_millis()),
-                    ));
-                }
+                biased;
+                _ = &mut deadline => return Err(timed_out()),
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     let Ok((id, outcome)) = done else { continue };
                     let frame = match outcome {
                         Ok(value) => json!({"type": "bridge-result", "id": id, "ok": true, "value": value}),
                         Err(f) => json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}}),
                     };
-                    self.write_frame(child, &frame).await?;
+                    outbox.send(&frame)?;
                 }
-                frame = self.read_frame(child) => {
-                    match frame? {
-                        None => return Err(self.exited(child).await),
-                        Some(ChildFrame::Ready {}) => {
+                frame = child.frames.next() => {
+                    let Frame { frame, bytes } = match frame {
+                        Some(Ok(f)) => f,
+                        // The child closed its end, or the socket failed as it died: how
+                        // it ended is the answer, unless the deadline passed first.
+                        None | Some(Err(ProtocolError::Io(_))) => {
+                            return Err(tokio::select! {
+                                biased;
+                                _ = &mut deadline => timed_out(),
+                                e = self.exited(child) => e,
+                            });
+                        }
+                        Some(Err(e)) => return Err(SandboxError::new("protocol", e.to_string())),
+                    };
+                    match frame {
+                        ChildFrame::Ready {} => {
                             return Err(SandboxError::new("protocol", "a second `ready` from the child"));
                         }
-                        Some(ChildFrame::Log { level, items }) => {
+                        ChildFrame::Log { level, items } => {
                             for text in items {
                                 log_bytes += text.len();
                                 if logs.len() > l.max_log_lines || log_bytes > l.max_log_bytes + 4096 {
@@ -574,26 +662,31 @@ impl Sandbox {
                                 logs.push(LogLine { level, text });
                             }
                         }
-                        Some(ChildFrame::Bridge { id, method, args }) => {
+                        ChildFrame::Bridge { id, method, args } => {
                             bridge_calls += 1;
                             if bridge_calls > l.max_bridge_calls {
                                 return Err(SandboxError::new("protocol", format!("more than {} bridge calls", l.max_bridge_calls)));
                             }
+                            if bytes > l.max_arg_bytes + BRIDGE_FRAME_OVERHEAD {
+                                return Err(SandboxError::new("protocol", format!(
+                                    "a bridge call of {bytes} bytes; its arguments may have at most {}", l.max_arg_bytes)));
+                            }
                             let bridge = Arc::clone(&bridge);
                             let cancel = cancel.child_token();
-                            in_flight.spawn(async move { (id, bridge.call(method, args, cancel).await) });
+                            let permits = Arc::clone(&permits);
+                            in_flight.spawn(async move {
+                                let _permit = permits.acquire_owned().await;
+                                (id, bridge.call(method, args, cancel).await)
+                            });
                         }
-                        Some(ChildFrame::Result { ok: true, value, .. }) => {
-                            let bytes = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
-                            if bytes > l.max_result_bytes {
+                        ChildFrame::Result { ok: true, value, .. } => {
+                            if bytes > l.max_result_bytes + RESULT_FRAME_OVERHEAD {
                                 return Err(SandboxError::new("output-too-large", format!(
-                                    "the return value is {bytes} bytes of JSON; the limit is {}", l.max_result_bytes)));
+                                    "the return value is about {bytes} bytes of JSON; the limit is {}", l.max_result_bytes)));
                             }
-                            in_flight.abort_all();
-                            return Ok(RunOutput { value, logs });
+                            return Ok(value);
                         }
-                        Some(ChildFrame::Result { ok: false, error, .. }) => {
-                            in_flight.abort_all();
+                        ChildFrame::Result { ok: false, error, .. } => {
                             let e = error.unwrap_or(protocol::GuestError { code: "code-error".into(), message: "error".into(), line: None });
                             let code = match e.code.as_str() {
                                 "output-too-large" => "output-too-large",
@@ -611,87 +704,36 @@ impl Sandbox {
         }
     }
 
-    async fn write_frame(&self, child: &mut Child, frame: &Value) -> Result<(), SandboxError> {
-        let mut bytes = frame.to_string().into_bytes();
-        bytes.push(b'\n');
-        match child.writer.write_all(&bytes).await {
-            Ok(()) => Ok(()),
-            Err(_) => Err(self.exited(child).await),
-        }
-    }
-
-    /// The next frame, `None` at end of stream. A line longer than the frame limit is a
-    /// protocol error, found without buffering more than the limit.
-    async fn read_frame(&self, child: &mut Child) -> Result<Option<ChildFrame>, SandboxError> {
-        let max = self.policy.limits.max_frame_bytes;
-        let mut line = Vec::new();
-        loop {
-            let buf = match child.reader.fill_buf().await {
-                Ok(b) => b,
-                Err(e) => {
-                    return Err(SandboxError::new(
-                        "protocol",
-                        format!("reading from the child: {e}"),
-                    ));
-                }
-            };
-            if buf.is_empty() {
-                return Ok(None);
-            }
-            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (buf.len(), false),
-            };
-            line.extend_from_slice(&buf[..take]);
-            child.reader.consume(take);
-            if line.len() > max + 1 {
-                return Err(SandboxError::new(
-                    "protocol",
-                    format!("a frame from the child is over {max} bytes"),
-                ));
-            }
-            if done {
-                line.pop();
-                return protocol::decode(&line, max)
-                    .map(Some)
-                    .map_err(|e| SandboxError::new("protocol", e.to_string()));
-            }
-        }
-    }
-
-    /// Why the child stopped talking: its exit status and the end of its stderr.
+    /// Why the child stopped talking: its exit status and the end of its stderr. Whether it
+    /// ran out of memory is read from how it died (V8 aborts when the heap cap is reached),
+    /// never from what it wrote: guest-controlled text cannot choose the error.
     async fn exited(&self, child: &mut Child) -> SandboxError {
+        use std::os::unix::process::ExitStatusExt;
         let status = tokio::time::timeout(Duration::from_secs(2), child.process.wait()).await;
         if status.is_ok() {
             // Reaped: never kill that group id again.
             child.pgid = None;
         }
-        // Let the stderr reader drain what the child wrote last.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let tail = child.stderr.lock().map(|t| t.clone()).unwrap_or_default();
+        // The group is gone, so its stderr closes: the tail is whole once the reader ends.
+        let tail = child.stderr.finished(Duration::from_millis(200)).await;
         let keep = self.policy.limits.stderr_tail_chars;
         let count = tail.chars().count();
         let tail: String = tail.chars().skip(count.saturating_sub(keep)).collect();
-        let how = match status {
-            Ok(Ok(s)) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (s.code(), s.signal()) {
-                    (Some(c), _) => format!("exit code {c}"),
-                    (None, Some(sig)) => format!("signal {sig}"),
-                    _ => "an unknown status".into(),
-                }
-            }
-            _ => "no exit status".into(),
+        let (how, signal) = match status {
+            Ok(Ok(s)) => match (s.code(), s.signal()) {
+                (Some(c), _) => (format!("exit code {c}"), None),
+                (None, Some(sig)) => (format!("signal {sig}"), Some(sig)),
+                _ => ("an unknown status".into(), None),
+            },
+            _ => ("no exit status".into(), None),
         };
-        if child
-            .out_of_memory
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        let cap = self.policy.node.max_old_space_mib;
+        if signal == Some(libc::SIGABRT) && cap > 0 {
             return SandboxError::new(
                 "out-of-memory",
                 format!(
-                    "tool_search_code ran out of memory (the heap cap is {} MiB)",
-                    self.policy.node.max_old_space_mib
+                    "tool_search_code ran out of memory: the child aborted (signal {}), as V8 does at the heap cap of {cap} MiB",
+                    libc::SIGABRT
                 ),
             );
         }

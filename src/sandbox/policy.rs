@@ -31,6 +31,7 @@ pub struct Limits {
     pub max_log_lines: usize,
     pub max_bridge_calls: usize,
     pub max_arg_bytes: usize,
+    pub max_calls_in_flight: usize,
     pub max_frame_bytes: usize,
     pub stderr_tail_chars: usize,
     pub startup_timeout_ms: u64,

@@ -61,9 +61,20 @@ pub struct GuestError {
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtocolError {
-    TooLarge { bytes: usize, limit: usize },
+    TooLarge {
+        bytes: usize,
+        limit: usize,
+    },
     NotUtf8,
     Malformed(String),
+    /// Reading the channel failed.
+    Io(String),
+}
+
+impl From<std::io::Error> for ProtocolError {
+    fn from(e: std::io::Error) -> Self {
+        ProtocolError::Io(e.to_string())
+    }
 }
 
 impl std::fmt::Display for ProtocolError {
@@ -77,6 +88,7 @@ impl std::fmt::Display for ProtocolError {
             }
             ProtocolError::NotUtf8 => f.write_str("a frame from the child is not UTF-8"),
             ProtocolError::Malformed(m) => write!(f, "a malformed frame from the child: {m}"),
+            ProtocolError::Io(e) => write!(f, "reading from the child: {e}"),
         }
     }
 }
@@ -119,6 +131,77 @@ pub fn decode(line: &[u8], max_bytes: usize) -> Result<ChildFrame, ProtocolError
             }
         }
         _ => Ok(frame),
+    }
+}
+
+/// A decoded frame and the size of its line, which the parent checks against its own
+/// bounds (a bridge call's arguments) whatever the child claims to have checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub frame: ChildFrame,
+    pub bytes: usize,
+}
+
+/// Newline-delimited child frames for a `FramedRead`. Its state is the read buffer, so a
+/// read cancelled by another `select!` arm loses nothing: the next poll goes on where this
+/// one stopped (a hand-written `fill_buf` loop inside `select!` dropped half-read lines).
+/// A line is refused as soon as it passes `max_bytes`, without buffering more.
+#[derive(Debug, Clone)]
+pub struct FrameCodec {
+    max_bytes: usize,
+    /// How far the current partial line has been searched for a newline.
+    scanned: usize,
+}
+
+impl FrameCodec {
+    pub fn new(max_bytes: usize) -> Self {
+        FrameCodec {
+            max_bytes,
+            scanned: 0,
+        }
+    }
+}
+
+impl tokio_util::codec::Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        let from = self.scanned.min(buf.len());
+        match buf[from..].iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                let end = from + i;
+                self.scanned = 0;
+                let line = buf.split_to(end + 1);
+                let line = &line[..end];
+                let frame = decode(line, self.max_bytes)?;
+                Ok(Some(Frame {
+                    frame,
+                    bytes: line.len(),
+                }))
+            }
+            None if buf.len() > self.max_bytes => Err(ProtocolError::TooLarge {
+                bytes: buf.len(),
+                limit: self.max_bytes,
+            }),
+            None => {
+                self.scanned = buf.len();
+                Ok(None)
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Frame>, ProtocolError> {
+        match self.decode(buf)? {
+            Some(frame) => Ok(Some(frame)),
+            // A line cut off by the end of the stream is the child dying mid-write: the
+            // caller reports how it died, so the fragment is dropped, not parsed.
+            None => {
+                buf.clear();
+                self.scanned = 0;
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -193,7 +276,82 @@ mod tests {
         ));
     }
 
+    fn decode_all(chunks: &[&[u8]], max: usize) -> Vec<Result<Frame, ProtocolError>> {
+        use tokio_util::codec::Decoder;
+        let mut codec = FrameCodec::new(max);
+        let mut buf = bytes::BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            loop {
+                match codec.decode(&mut buf) {
+                    Ok(Some(f)) => out.push(Ok(f)),
+                    Ok(None) => break,
+                    Err(e) => {
+                        out.push(Err(e));
+                        return out;
+                    }
+                }
+            }
+        }
+        if let Ok(Some(f)) = codec.decode_eof(&mut buf) {
+            out.push(Ok(f));
+        }
+        out
+    }
+
+    #[test]
+    fn the_codec_joins_lines_split_anywhere() {
+        let text = br#"{"type":"ready"}
+{"type":"log","level":"log","items":["a\nb"]}
+"#;
+        for cut in 0..text.len() {
+            let frames = decode_all(&[&text[..cut], &text[cut..]], MAX);
+            assert_eq!(frames.len(), 2, "cut at {cut}: {frames:?}");
+            assert!(frames.iter().all(Result::is_ok), "cut at {cut}");
+            assert_eq!(frames[0].as_ref().map(|f| f.bytes), Ok(16));
+        }
+    }
+
+    #[test]
+    fn the_codec_refuses_a_long_line_before_its_end() {
+        let long = [b'x'; 100];
+        let frames = decode_all(&[&long[..60], &long[60..]], 64);
+        assert!(matches!(
+            frames.last(),
+            Some(Err(ProtocolError::TooLarge { limit: 64, .. }))
+        ));
+    }
+
+    #[test]
+    fn the_codec_drops_a_fragment_at_the_end_of_the_stream() {
+        let frames = decode_all(&[br#"{"type":"ready"}"#, b"\n{\"type\":\"re"], MAX);
+        assert_eq!(frames.len(), 1);
+    }
+
     proptest! {
+        #[test]
+        fn the_codec_gives_the_same_frames_however_the_bytes_are_cut(
+            cuts in prop::collection::vec(0usize..120, 0..6)
+        ) {
+            let text: &[u8] = br#"{"type":"ready"}
+{"type":"bridge","id":1,"method":"describe","args":["x"]}
+{"type":"result","ok":true,"value":{"a":[1,2,3]}}
+"#;
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % text.len()).collect();
+            points.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for p in points {
+                chunks.push(&text[last..p]);
+                last = p;
+            }
+            chunks.push(&text[last..]);
+            let frames = decode_all(&chunks, MAX);
+            prop_assert_eq!(frames.len(), 3);
+            prop_assert!(frames.iter().all(Result::is_ok));
+        }
+
         #[test]
         fn never_panics_on_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode(&bytes, 256);

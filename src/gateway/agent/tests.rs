@@ -145,6 +145,10 @@ fn fixture(text: &str, details: Option<Value>) -> ExecutorSpec {
 }
 
 fn agent(mode: Mode) -> (Arc<Agent>, Arc<Gauge>) {
+    agent_with(mode, Err("not in unit tests".into()))
+}
+
+fn agent_with(mode: Mode, code_available: Result<(), String>) -> (Arc<Agent>, Arc<Gauge>) {
     let config = Config::from_toml_str(
         "[[approvals]]\ntools = [\"delete_all\"]\n",
         "t.toml".as_ref(),
@@ -199,7 +203,7 @@ fn agent(mode: Mode) -> (Arc<Agent>, Arc<Gauge>) {
     );
     let options = surface::Options {
         mode,
-        code_available: Err("not in unit tests".into()),
+        code_available,
         prompt: "",
         context_window: None,
         likely: 0,
@@ -398,4 +402,65 @@ async fn directory_mode_loads_a_hidden_tool_named_exactly() {
         "{}",
         msgs[1].1
     );
+}
+
+#[tokio::test]
+async fn control_tools_refuse_arguments_their_schema_refuses() {
+    // No sandbox in this agent: a `tool_search_code` that got past validation would say
+    // "unavailable", so an `invalid-arguments` answer shows the check came first.
+    let (code, _) = agent_with(Mode::Code, Ok(()));
+    let (tools, _) = agent(Mode::Tools);
+    let cases = [
+        (&code, "tool_search_code", json!({"code": 42}), "/code"),
+        (
+            &code,
+            "tool_search_code",
+            json!({}),
+            "\"code\" is a required property",
+        ),
+        (
+            &code,
+            "tool_search_code",
+            json!({"code": "return 1", "extra": 1}),
+            "extra",
+        ),
+        (&tools, "tool_search", json!({"query": 7}), "/query"),
+        (&tools, "tool_search", json!({"q": "issue"}), "q"),
+        (
+            &tools,
+            "tool_search",
+            json!({"queries": [{"query": "a", "limit": "5"}]}),
+            "/queries/0/limit",
+        ),
+        (
+            &tools,
+            "tool_describe",
+            json!({}),
+            "\"id\" is a required property",
+        ),
+        (&tools, "tool_call", json!({"id": ["create_issue"]}), "/id"),
+    ];
+    for (agent, name, args, says) in cases {
+        let (text, is_error) = agent
+            .run_tool(name, args.clone(), "t", CancellationToken::new())
+            .await;
+        assert!(is_error, "{name} {args}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+        assert_eq!(
+            v["error"]["code"], "invalid-arguments",
+            "{name} {args}: {text}"
+        );
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{name} {args}: {message}");
+    }
+    // Valid arguments still go through.
+    let (text, is_error) = tools
+        .run_tool(
+            "tool_search",
+            json!({"query": "issue"}),
+            "t",
+            CancellationToken::new(),
+        )
+        .await;
+    assert!(!is_error, "{text}");
 }

@@ -1,0 +1,263 @@
+//! The run loop against real Node children: the runtime under back-pressure and load, and
+//! forged children that break the protocol's bounds on purpose (what a guest that escaped
+//! the vm could write on fd 3). Deadlines here are asserted as outcomes (`timeout`), with
+//! wide time bounds: the exact overshoot is measured by `benches/code.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+fn sandbox() -> Arc<Sandbox> {
+    static SANDBOX: std::sync::OnceLock<Arc<Sandbox>> = std::sync::OnceLock::new();
+    Arc::clone(SANDBOX.get_or_init(|| {
+        Arc::new(
+            Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false)
+                .expect("a sandbox on this machine"),
+        )
+    }))
+}
+
+/// Answers every call with `reply`, counting calls.
+struct Echo {
+    reply: Value,
+    calls: AtomicUsize,
+}
+
+impl Echo {
+    fn new(reply: Value) -> Arc<Self> {
+        Arc::new(Echo {
+            reply,
+            calls: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Bridge for Echo {
+    fn call(&self, _: BridgeMethod, _: Vec<Value>, _: CancellationToken) -> BridgeFuture<'_> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let reply = self.reply.clone();
+        Box::pin(async move { Ok(reply) })
+    }
+}
+
+fn code_of(report: &RunReport) -> &'static str {
+    match &report.outcome {
+        Ok(_) => "ok",
+        Err(e) => e.code,
+    }
+}
+
+/// A child that says `ready`, waits for its `run` frame and then does `act(channel)`:
+/// the protocol spoken by hand, as an escaped guest could.
+const FORGED: &str = r#"
+const net = require('net');
+const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+let started = false;
+channel.on('data', (chunk) => {
+  if (started || !String(chunk).includes('\n')) return;
+  started = true;
+  act(channel);
+});
+channel.write('{"type":"ready"}\n');
+"#;
+
+async fn forged(act: &str, timeout: Duration) -> (RunReport, Duration) {
+    let sandbox = sandbox();
+    // The act is part of the script's text: the child may not compile strings.
+    let script = format!("'use strict';\nfunction act(channel) {{ {act} }}\n{FORGED}");
+    let mut child = sandbox
+        .spawn_script(&script, &[], timeout)
+        .expect("a forged child");
+    match child.frames.next().await {
+        Some(Ok(Frame {
+            frame: ChildFrame::Ready {},
+            ..
+        })) => {}
+        other => panic!("the forged child did not say ready: {other:?}"),
+    }
+    let started = Instant::now();
+    let report = sandbox
+        .run_on(child, "", timeout, Echo::new(json!([])))
+        .await;
+    (report, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parent_refuses_bridge_arguments_over_its_own_bound() {
+    // 1.5 MB of arguments in one frame, under the frame limit: the child's own 64 KiB check
+    // is skipped by writing the frame by hand.
+    let (report, _) = forged(
+        r#"channel.write(JSON.stringify({type:'bridge',id:1,method:'call',args:['x',{s:'a'.repeat(1500000)}]})+'\n')"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "protocol", "{e}");
+    assert!(
+        e.message.contains("its arguments may have at most 65536"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parent_counts_bridge_calls_itself() {
+    let (report, _) = forged(
+        r#"let out=''; for (let i=1;i<=65;i++) out += JSON.stringify({type:'bridge',id:i,method:'describe',args:['x']})+'\n'; channel.write(out)"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "protocol", "{e}");
+    assert!(e.message.contains("more than 64 bridge calls"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_line_is_refused_at_the_frame_limit_not_at_the_deadline() {
+    // 3 MB with no newline, then the child waits forever.
+    let (report, took) = forged(
+        r#"channel.write('{"type":"log","items":["' + 'x'.repeat(3000000)); setInterval(() => {}, 1000)"#,
+        Duration::from_secs(30),
+    )
+    .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "protocol", "{e}");
+    assert!(e.message.contains("limit is 2097152"), "{e}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parent_bounds_the_result_itself() {
+    let (report, _) = forged(
+        r#"channel.write(JSON.stringify({type:'result',ok:true,value:'v'.repeat(1200000)})+'\n'); setInterval(() => {}, 1000)"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(code_of(&report), "output-too-large", "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_is_read_from_how_the_child_died_not_from_its_stderr() {
+    // V8's own words on stderr, then an ordinary exit: not an out-of-memory.
+    let (report, _) = forged(
+        r#"process.stderr.write('FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n'); setTimeout(() => process.exit(1), 50)"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "child-exited", "{e}");
+    assert!(e.message.contains("exit code 1"), "{e}");
+    // An abort, as V8 does at the heap cap.
+    let (report, _) = forged("process.abort()", Duration::from_secs(20)).await;
+    assert_eq!(code_of(&report), "out-of-memory", "{report:?}");
+}
+
+/// Starts `calls` bridge calls whose answers are never read (each 256 KiB, so the socket
+/// fills), then blocks the child's thread in `Atomics.wait` or a busy loop.
+fn unread_answers_body(calls: usize, then: &str) -> String {
+    format!(
+        "for (let i = 0; i < {calls}; i++) openclaw.tools.search('q' + i).then(() => {{}});\n\
+         await null;\n{then}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_blocked_with_unread_answers_ends_as_timeout() {
+    let sandbox = sandbox();
+    let bridge = Echo::new(json!("a".repeat(256 * 1024)));
+    for then in [
+        "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);",
+        "for (;;) {}",
+    ] {
+        let started = Instant::now();
+        let report = sandbox
+            .run(
+                &unread_answers_body(60, then),
+                Duration::from_millis(1000),
+                bridge.clone(),
+            )
+            .await;
+        let took = started.elapsed();
+        assert_eq!(code_of(&report), "timeout", "{then}: {report:?}");
+        // Wide: the property is that the deadline ends the run, not a hang or a CPU limit.
+        assert!(took < Duration::from_secs(4), "{then}: took {took:?}");
+    }
+    assert!(bridge.calls.load(Ordering::SeqCst) >= 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_kept_when_a_run_fails() {
+    let sandbox = sandbox();
+    for (body, code) in [
+        (
+            "console.log('before the throw'); throw new Error('boom');",
+            "code-error",
+        ),
+        ("console.log('before the loop'); for (;;) {}", "timeout"),
+        (
+            "console.log('before the await loop'); await null; for (;;) {}",
+            "timeout",
+        ),
+    ] {
+        let report = sandbox
+            .run(body, Duration::from_millis(1000), Echo::new(json!([])))
+            .await;
+        assert_eq!(code_of(&report), code, "{body}: {report:?}");
+        assert_eq!(report.logs.len(), 1, "{body}: {report:?}");
+        assert!(report.logs[0].text.starts_with("before the"), "{report:?}");
+    }
+}
+
+/// 200 runs of 48 concurrent calls with 45 KB arguments each: the framing survives
+/// every interleaving of reads, answers and the deadline arm (a hand-written line reader
+/// inside `select!` dropped half-read lines here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_large_calls_never_break_the_framing() {
+    let sandbox = sandbox();
+    let body = "const big = 'x'.repeat(45000);\n\
+        const all = [];\n\
+        for (let i = 0; i < 48; i++) all.push(openclaw.tools.call('memory_store', {content: big + i}));\n\
+        const got = await Promise.all(all);\n\
+        return got.length;";
+    let mut failures = Vec::new();
+    let runs: Vec<_> = (0..200)
+        .map(|_| {
+            let sandbox = Arc::clone(&sandbox);
+            async move {
+                sandbox
+                    .run(
+                        body,
+                        Duration::from_secs(30),
+                        Echo::new(json!({"ok": true})),
+                    )
+                    .await
+            }
+        })
+        .collect();
+    // Two at a time: the machine has two cores.
+    let mut runs = futures::stream::iter(runs).buffer_unordered(2);
+    while let Some(report) = runs.next().await {
+        match &report.outcome {
+            Ok(v) if v == &json!(48) => {}
+            other => failures.push(format!("{other:?}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+}
