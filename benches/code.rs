@@ -100,7 +100,11 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
         let node_e0 = median(node_e0);
         let cold = median(cold);
 
-        let pool = SparePool::start(sandbox.clone(), 1, timeout);
+        let pool = SparePool::start(
+            sandbox.clone(),
+            toolsearch::sandbox::spares::Sizing { min: 1, max: 1 },
+            timeout,
+        );
         let mut spare = Vec::new();
         for _ in 0..30 {
             while pool.is_empty() {

@@ -191,7 +191,7 @@ fn main() {
         let code_per_call_us = (median(t_many) - median(t_one)) / (n - 1) as f64;
 
         // A whole run with one MCP call, on a spare child (what a long-lived host pays).
-        let pool = SparePool::start(sandbox.clone(), 1, timeout);
+        let pool = SparePool::start(sandbox.clone(), toolsearch::sandbox::spares::Sizing { min: 1, max: 1 }, timeout);
         let mut spare_ms = Vec::new();
         for _ in 0..20 {
             while pool.is_empty() {

@@ -44,7 +44,8 @@
 //! [sandbox]
 //! node = "/usr/bin/node"                   # else TOOLSEARCH_NODE, else node on PATH
 //! strict = false                           # a barrier the host refuses is fatal
-//! spares = 1                               # children started ahead (gateway, library)
+//! spares = 2                               # children kept ready (gateway, mcp serve)
+//! max_spares = 8                           # a burst grows the pool up to this
 //!
 //! [[approvals]]                            # calls to these need an approval
 //! tools = ["openclaw:*:delete_*"]
@@ -274,13 +275,20 @@ pub struct SandboxConfig {
     /// A barrier the host cannot apply is fatal instead of a warning.
     #[serde(default)]
     pub strict: bool,
-    /// Children started ahead for long-lived hosts (each used for one run).
+    /// Children kept ready for long-lived hosts (each used for one run).
     #[serde(default = "default_spares")]
     pub spares: usize,
+    /// The most children a burst of runs may keep ready (at least `spares`).
+    #[serde(default = "default_max_spares")]
+    pub max_spares: usize,
 }
 
 fn default_spares() -> usize {
-    1
+    2
+}
+
+fn default_max_spares() -> usize {
+    8
 }
 
 impl Default for SandboxConfig {
@@ -289,6 +297,7 @@ impl Default for SandboxConfig {
             node: None,
             strict: false,
             spares: default_spares(),
+            max_spares: default_max_spares(),
         }
     }
 }

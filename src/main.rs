@@ -533,17 +533,35 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             } else {
                 body
             };
-            let loaded = globals.load(&approve)?;
-            let settings = loaded.dispatcher.catalog().settings().clone();
+            // The child's start (~85% of a run) overlaps the catalog's load and index: the
+            // sandbox is prepared and its child brought to `ready` on the runtime while
+            // this thread loads the catalog.
+            let config = Config::load(globals.config.as_deref())?;
             let (lo, hi) = toolsearch::config::bounds::CODE_TIMEOUT_MS;
-            let timeout =
-                Duration::from_millis(timeout_ms.unwrap_or(settings.code_timeout_ms).clamp(lo, hi));
-            let sandbox = Sandbox::from_config(&loaded.config.sandbox)
-                .map_err(|e| Error::Unavailable(e.message))?;
+            let timeout = Duration::from_millis(
+                timeout_ms
+                    .unwrap_or(config.tools.tool_search.code_timeout_ms)
+                    .clamp(lo, hi),
+            );
             let runtime = runtime()?;
+            let sandbox_config = config.sandbox.clone();
+            let early = runtime.spawn(async move {
+                let sandbox =
+                    tokio::task::spawn_blocking(move || Sandbox::from_config(&sandbox_config))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.message)?;
+                let child = sandbox.spawn(timeout).await.ok();
+                Ok::<_, String>((sandbox, child))
+            });
+            let loaded = globals.load(&approve)?;
+            let (sandbox, child) = runtime
+                .block_on(early)
+                .map_err(|e| Error::Unavailable(e.to_string()))?
+                .map_err(Error::Unavailable)?;
             let dispatcher = Arc::new(loaded.dispatcher);
-            let result = runtime.block_on(toolsearch::code::run(
-                &sandbox, dispatcher, &body, timeout, "cli",
+            let result = runtime.block_on(toolsearch::code::run_with(
+                &sandbox, child, dispatcher, &body, timeout, "cli",
             ));
             if json {
                 print_json(&result);
@@ -712,7 +730,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 let spares = match (&sandbox, loaded.config.sandbox.spares) {
                     (Ok(sb), n) if n > 0 => Some(toolsearch::sandbox::spares::SparePool::start(
                         Arc::clone(sb),
-                        n,
+                        toolsearch::sandbox::spares::Sizing::of(&loaded.config.sandbox),
                         timeout,
                     )),
                     _ => None,

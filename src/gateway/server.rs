@@ -151,7 +151,7 @@ impl Gateway {
             .set(match (&self.sandbox, self.config.sandbox.spares) {
                 (Some(sandbox), n) if n > 0 => Some(SparePool::start(
                     Arc::clone(sandbox),
-                    n,
+                    crate::sandbox::spares::Sizing::of(&self.config.sandbox),
                     Duration::from_millis(self.catalog().settings().code_timeout_ms),
                 )),
                 _ => None,

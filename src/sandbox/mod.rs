@@ -8,6 +8,7 @@
 //! through `crate::code`), and it never decides policy itself.
 
 pub mod barriers;
+pub mod cache;
 pub mod doctor;
 pub mod node;
 pub mod policy;
@@ -115,6 +116,10 @@ pub struct Sandbox {
     args: Vec<String>,
     /// The runtime's startup snapshot, when V8 flags are used and the cache is usable.
     snapshot: Option<PathBuf>,
+    /// Where this host's calibration is cached, and whether it came from there (then a
+    /// child that cannot start removes it).
+    calibration: Option<(PathBuf, String)>,
+    calibrated_from_cache: bool,
 }
 
 /// What a child starts with.
@@ -247,16 +252,7 @@ impl Sandbox {
         let path = node::choose(node).map_err(|m| SandboxError::new("unavailable", m))?;
         let info = node::probe(&path).map_err(|m| SandboxError::new("unavailable", m))?;
         let plan = Plan::new(&policy, &info.path);
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let workdir =
-            std::env::temp_dir().join(format!("toolsearch-sandbox-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&workdir).map_err(|e| {
-            SandboxError::new(
-                "unavailable",
-                format!("cannot create {}: {e}", workdir.display()),
-            )
-        })?;
+        let workdir = empty_dir().map_err(|e| SandboxError::new("unavailable", e))?;
         // V8 flags: the heap cap and the policy's extras. They key the startup snapshot.
         let mut v8_flags = Vec::new();
         if policy.node.max_old_space_mib > 0 {
@@ -288,6 +284,18 @@ impl Sandbox {
             }
             _ => None,
         };
+        let calibration =
+            cache::default_dir()
+                .zip(cache::binary_key(&info.path))
+                .map(|(dir, binary)| {
+                    let key = cache::host_key(
+                        &binary,
+                        &format!("{policy:?} strict={strict}"),
+                        RUNTIME_JS,
+                        snapshot.as_deref(),
+                    );
+                    (dir, key)
+                });
         let mut sandbox = Sandbox {
             node: info,
             policy,
@@ -295,11 +303,30 @@ impl Sandbox {
             workdir,
             args,
             snapshot,
+            calibration,
+            calibrated_from_cache: false,
         };
         if let Some(blob) = &sandbox.snapshot {
             sandbox.plan.allow_read(blob);
         }
+        if let Some((dir, key)) = &sandbox.calibration
+            && cache::load(dir, "calibration", key, &sandbox.node.path).as_ref()
+                == Some(&sandbox.node)
+        {
+            sandbox.calibrated_from_cache = true;
+            return Ok(sandbox);
+        }
+        let refused_before = sandbox.refused();
+        let snapshot_before = sandbox.snapshot.is_some();
         sandbox.calibrate(strict)?;
+        // Only a calibration that switched nothing off is kept: a cached entry can then
+        // never be the reason a barrier is missing.
+        if sandbox.refused() == refused_before
+            && sandbox.snapshot.is_some() == snapshot_before
+            && let Some((dir, key)) = &sandbox.calibration
+        {
+            cache::store(dir, "calibration", key, &sandbox.node);
+        }
         Ok(sandbox)
     }
 
@@ -428,6 +455,11 @@ impl Sandbox {
         ))
     }
 
+    /// How many barriers are not applied.
+    fn refused(&self) -> usize {
+        self.plan.statuses.iter().filter(|s| !s.applied).count()
+    }
+
     /// Starts children inline from now on. The blob stays: other processes may be using
     /// it, and deleting it would break their children.
     fn drop_snapshot(&mut self) {
@@ -443,6 +475,23 @@ impl Sandbox {
 
     /// Spawns a child and waits for its `ready`.
     pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
+        let spawned = self.spawn_any(timeout).await;
+        if let Err(e) = &spawned
+            && self.calibrated_from_cache
+            && e.code != "timeout"
+            && let Some((dir, key)) = &self.calibration
+        {
+            // The cached calibration may be what is wrong (the host changed in a way the
+            // key cannot see): the next host calibrates again.
+            tracing::warn!(
+                "sandbox: a child failed under a cached calibration ({e}); forgetting it"
+            );
+            cache::forget(dir, "calibration", key);
+        }
+        spawned
+    }
+
+    async fn spawn_any(&self, timeout: Duration) -> Result<Child, SandboxError> {
         let Some(blob) = &self.snapshot else {
             return self
                 .spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
@@ -770,8 +819,62 @@ pub fn code_mode_status(configured_node: Option<&Path>) -> CodeModeStatus {
     }
 }
 
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.workdir);
+/// The children's working directory: one empty directory per user, shared by every host
+/// and never removed, so no host, however it dies, leaves one behind. It must be a real
+/// directory of this user's that no one else can enter and that holds nothing; the
+/// per-host `toolsearch-sandbox-PID-N` directories of earlier versions are removed when
+/// their host is gone.
+fn empty_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let tmp = std::env::temp_dir();
+    let me = nix::unistd::geteuid().as_raw();
+    let dir = tmp.join(format!("toolsearch-empty-{me}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(format!(
+            "{} is not a directory of this user's; remove it so the sandbox can use it",
+            dir.display()
+        ));
     }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    let empty = std::fs::read_dir(&dir)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if !empty {
+        return Err(format!(
+            "{} should be empty (it is the sandbox children's working directory); remove what is in it",
+            dir.display()
+        ));
+    }
+    remove_stale_workdirs(&tmp);
+    Ok(dir)
+}
+
+fn remove_stale_workdirs(tmp: &Path) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(tmp) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(rest) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("toolsearch-sandbox-"))
+            else {
+                continue;
+            };
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let gone = pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+            if gone {
+                // remove_dir: only an empty directory goes, never what someone put there.
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    });
 }

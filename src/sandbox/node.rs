@@ -61,9 +61,25 @@ pub fn probe(path: &Path) -> Result<NodeInfo, String> {
     result
 }
 
+/// From the machine's probe cache ([`super::cache`]) when this very binary was probed
+/// before, else by running it.
 fn probe_uncached(path: &Path) -> Result<NodeInfo, String> {
     let canonical =
         std::fs::canonicalize(path).map_err(|e| format!("node at {}: {e}", path.display()))?;
+    let cached = super::cache::default_dir().zip(super::cache::binary_key(&canonical));
+    if let Some((dir, key)) = &cached
+        && let Some(info) = super::cache::load(dir, "probe", key, &canonical)
+    {
+        return Ok(info);
+    }
+    let info = run_probe(canonical)?;
+    if let Some((dir, key)) = &cached {
+        super::cache::store(dir, "probe", key, &info);
+    }
+    Ok(info)
+}
+
+fn run_probe(canonical: PathBuf) -> Result<NodeInfo, String> {
     let run = |flag: Option<&str>| {
         let mut cmd = Command::new(&canonical);
         if let Some(f) = flag {

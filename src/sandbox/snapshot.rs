@@ -83,7 +83,7 @@ fn key(node: &NodeInfo, flags: &[String], source: &str) -> String {
     format!("{:016x}", h.finish())
 }
 
-fn prepare_dir(dir: &Path) -> Result<(), String> {
+pub(super) fn prepare_dir(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !meta.is_dir() {

@@ -1,64 +1,130 @@
-//! Spare children for long-lived hosts (the library, the gateway): `sandbox.spares` children
-//! are spawned and brought to `ready` before they are needed, so a run pays only for
-//! send-run-receive. Each spare is used for exactly one run and then killed, like any
-//! child: isolation is unchanged. A spare that dies while idle is replaced; spares die with
-//! the pool (kill on drop) and with the host (parent-death signal).
+//! Spare children for long-lived hosts (the gateway, `mcp serve`): children spawned and
+//! brought to `ready` before they are needed, so a run pays only for send-run-receive. Each
+//! spare is used for exactly one run and then killed, like any child: isolation is
+//! unchanged. A spare that dies while idle is replaced; spares die with the pool (kill on
+//! drop) and with the host (parent-death signal).
+//!
+//! How many: `[sandbox] spares` are kept ready at all times. Under a burst (a take less
+//! than [`BURST_WINDOW`] after the previous one) the target grows by one per take, up to
+//! `[sandbox] max_spares`, and falls back to `spares` after [`SHRINK_AFTER`] without a
+//! take, the extra children killed: memory is bounded by `max_spares` idle children
+//! (about 40 MiB each). Refills start [`PARALLEL_STARTS`] children at once, one per core
+//! here: a start is CPU-bound, so more at once would only slow each.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
 
 use super::{Child, Sandbox, SandboxError};
 
 /// How often idle spares are checked for having died.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 
+/// Takes closer together than this are a burst.
+pub const BURST_WINDOW: Duration = Duration::from_secs(1);
+
+/// A pool grown by a burst shrinks back after this long without a take.
+pub const SHRINK_AFTER: Duration = Duration::from_secs(30);
+
+/// Children started at once by a refill.
+pub const PARALLEL_STARTS: usize = 2;
+
+/// Spares kept ready (`min`) and the most a burst may grow the pool to (`max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl Sizing {
+    /// The config's `[sandbox] spares` and `max_spares`.
+    pub fn of(config: &crate::config::SandboxConfig) -> Self {
+        Sizing {
+            min: config.spares,
+            max: config.max_spares.max(config.spares),
+        }
+    }
+}
+
+struct State {
+    ready: VecDeque<Child>,
+    starting: usize,
+    target: usize,
+    last_take: Option<Instant>,
+}
+
 pub struct SparePool {
     sandbox: Arc<Sandbox>,
-    ready: Arc<Mutex<VecDeque<Child>>>,
-    target: usize,
+    state: Mutex<State>,
+    sizing: Sizing,
     timeout: Duration,
-    refill: Arc<tokio::sync::Notify>,
+    /// Wakes the keeper: a take, a stop.
+    wake: tokio::sync::Notify,
+    /// Wakes takers waiting for a spare that is starting.
+    arrived: tokio::sync::Notify,
     stop: tokio_util::sync::CancellationToken,
 }
 
 impl SparePool {
-    /// Starts keeping `target` spares ready. `timeout` is the run deadline the spares are
-    /// prepared for (their CPU rlimit).
-    pub fn start(sandbox: Arc<Sandbox>, target: usize, timeout: Duration) -> Arc<Self> {
+    /// Starts keeping spares ready. `timeout` is the run deadline the spares are prepared
+    /// for (their CPU rlimit).
+    pub fn start(sandbox: Arc<Sandbox>, sizing: Sizing, timeout: Duration) -> Arc<Self> {
         let pool = Arc::new(SparePool {
             sandbox,
-            ready: Arc::new(Mutex::new(VecDeque::new())),
-            target,
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                starting: 0,
+                target: sizing.min,
+                last_take: None,
+            }),
+            sizing,
             timeout,
-            refill: Arc::new(tokio::sync::Notify::new()),
+            wake: tokio::sync::Notify::new(),
+            arrived: tokio::sync::Notify::new(),
             stop: tokio_util::sync::CancellationToken::new(),
         });
         let keeper = Arc::downgrade(&pool);
         let stop = pool.stop.clone();
         tokio::spawn(async move {
+            let mut starts: JoinSet<Result<Child, SandboxError>> = JoinSet::new();
+            let mut failures = 0u32;
             loop {
                 let Some(pool) = keeper.upgrade() else { return };
-                pool.prune_dead();
-                while pool.len() < pool.target && !stop.is_cancelled() {
-                    match pool.sandbox.spawn(pool.timeout).await {
-                        Ok(child) => {
-                            if let Ok(mut r) = pool.ready.lock() {
-                                r.push_back(child);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!("sandbox: cannot start a spare child: {e}");
-                            break;
-                        }
-                    }
+                if stop.is_cancelled() {
+                    return;
                 }
-                let refill = Arc::clone(&pool.refill);
-                drop(pool);
-                let notified = refill.notified();
+                pool.tend(&mut starts, failures);
+                let pool = Arc::downgrade(&pool);
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = notified => {}
+                    Some(done) = starts.join_next(), if !starts.is_empty() => {
+                        let Some(pool) = pool.upgrade() else { return };
+                        let mut st = pool.lock();
+                        st.starting = st.starting.saturating_sub(1);
+                        match done {
+                            Ok(Ok(child)) => {
+                                failures = 0;
+                                st.ready.push_back(child);
+                                drop(st);
+                                pool.arrived.notify_waiters();
+                            }
+                            Ok(Err(e)) => {
+                                failures += 1;
+                                drop(st);
+                                pool.arrived.notify_waiters();
+                                tracing::warn!("sandbox: cannot start a spare child: {e}");
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    _ = async {
+                        match pool.upgrade() {
+                            Some(p) => p.wake.notified().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     _ = tokio::time::sleep(CHECK_EVERY) => {}
                 }
             }
@@ -66,41 +132,85 @@ impl SparePool {
         pool
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prunes dead spares, shrinks after a quiet spell, and starts what the target lacks.
+    /// After failed starts it waits for the periodic check instead of retrying at once.
+    fn tend(&self, starts: &mut JoinSet<Result<Child, SandboxError>>, failures: u32) {
+        let mut st = self.lock();
+        st.ready.retain_mut(|c| c.alive());
+        let quiet = st.last_take.is_none_or(|t| t.elapsed() >= SHRINK_AFTER);
+        if quiet && st.target > self.sizing.min {
+            st.target = self.sizing.min;
+        }
+        while st.ready.len() > st.target {
+            // Dropping a child kills its group.
+            st.ready.pop_back();
+        }
+        if failures > 0 && starts.is_empty() && failures % 4 != 1 {
+            return;
+        }
+        while st.ready.len() + st.starting < st.target && st.starting < PARALLEL_STARTS {
+            st.starting += 1;
+            let sandbox = Arc::clone(&self.sandbox);
+            let timeout = self.timeout;
+            starts.spawn(async move { sandbox.spawn(timeout).await });
+        }
+    }
+
     /// Ready spares now.
     pub fn len(&self) -> usize {
-        self.ready.lock().map(|r| r.len()).unwrap_or(0)
+        self.lock().ready.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn prune_dead(&self) {
-        if let Ok(mut r) = self.ready.lock() {
-            r.retain_mut(|c| c.alive());
-        }
+    /// The target the pool is keeping now (`min` at rest, up to `max` in a burst).
+    pub fn target(&self) -> usize {
+        self.lock().target
     }
 
-    /// A ready child: a live spare if there is one, else a fresh spawn.
+    /// A ready child: a live spare if there is one; else the next one that finishes
+    /// starting, if any is starting; else a fresh spawn of its own.
     pub async fn take(&self) -> Result<Child, SandboxError> {
-        let spare = {
-            let mut r = self
-                .ready
-                .lock()
-                .map_err(|_| SandboxError::new("unavailable", "spare pool lock poisoned"))?;
-            let mut found = None;
-            while let Some(mut c) = r.pop_front() {
-                if c.alive() {
-                    found = Some(c);
-                    break;
-                }
+        {
+            let mut st = self.lock();
+            let now = Instant::now();
+            if st
+                .last_take
+                .is_some_and(|t| now.duration_since(t) < BURST_WINDOW)
+            {
+                st.target = (st.target + 1).min(self.sizing.max);
             }
-            found
-        };
-        self.refill.notify_one();
-        match spare {
-            Some(c) => Ok(c),
-            None => self.sandbox.spawn(self.timeout).await,
+            st.last_take = Some(now);
+        }
+        self.wake.notify_one();
+        let waited = Instant::now();
+        let startup = Duration::from_millis(self.sandbox.policy().limits.startup_timeout_ms);
+        loop {
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            // Registered before looking, so an arrival in between is not missed.
+            arrived.as_mut().enable();
+            let starting = {
+                let mut st = self.lock();
+                while let Some(mut c) = st.ready.pop_front() {
+                    if c.alive() {
+                        drop(st);
+                        self.wake.notify_one();
+                        return Ok(c);
+                    }
+                }
+                st.starting
+            };
+            if starting == 0 || self.stop.is_cancelled() || waited.elapsed() > startup {
+                return self.sandbox.spawn(self.timeout).await;
+            }
+            let _ = tokio::time::timeout(startup, arrived).await;
         }
     }
 
@@ -111,9 +221,8 @@ impl SparePool {
     /// Stops refilling and kills the ready spares (the pool also does this when dropped).
     pub fn stop(&self) {
         self.stop.cancel();
-        if let Ok(mut r) = self.ready.lock() {
-            r.clear();
-        }
+        self.lock().ready.clear();
+        self.arrived.notify_waiters();
     }
 }
 
@@ -121,9 +230,7 @@ impl Drop for SparePool {
     fn drop(&mut self) {
         self.stop.cancel();
         // Dropping the children kills their process groups.
-        if let Ok(mut r) = self.ready.lock() {
-            r.clear();
-        }
+        self.lock().ready.clear();
     }
 }
 
@@ -147,15 +254,13 @@ mod tests {
     async fn spares_are_replaced_when_taken_or_dead_and_die_with_the_pool() {
         let sandbox =
             Arc::new(Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false).unwrap());
-        let pool = SparePool::start(sandbox.clone(), 1, Duration::from_secs(5));
+        let pool = SparePool::start(
+            sandbox.clone(),
+            Sizing { min: 1, max: 1 },
+            Duration::from_secs(5),
+        );
         wait_for(&pool, 1).await;
-        let first = pool
-            .ready
-            .lock()
-            .unwrap()
-            .front()
-            .and_then(|c| c.pgid)
-            .unwrap();
+        let first = pool.lock().ready.front().and_then(|c| c.pgid).unwrap();
         nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(first),
             nix::sys::signal::Signal::SIGKILL,
@@ -164,7 +269,7 @@ mod tests {
         let mut replaced = None;
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(25)).await;
-            let now = pool.ready.lock().unwrap().front().and_then(|c| c.pgid);
+            let now = pool.lock().ready.front().and_then(|c| c.pgid);
             if now.is_some() && now != Some(first) {
                 replaced = now;
                 break;
@@ -175,13 +280,7 @@ mod tests {
         assert_eq!(child.pgid, Some(second));
         drop(child);
         wait_for(&pool, 1).await;
-        let third = pool
-            .ready
-            .lock()
-            .unwrap()
-            .front()
-            .and_then(|c| c.pgid)
-            .unwrap();
+        let third = pool.lock().ready.front().and_then(|c| c.pgid).unwrap();
         assert_ne!(third, second, "a taken spare is never handed out again");
         drop(pool);
         // Dropping the pool killed its spare.
@@ -200,5 +299,32 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(gone, "spare {third} outlived its pool");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_grows_the_pool_up_to_its_max_and_every_take_gets_a_fresh_child() {
+        let sandbox =
+            Arc::new(Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false).unwrap());
+        let pool = SparePool::start(
+            sandbox.clone(),
+            Sizing { min: 1, max: 3 },
+            Duration::from_secs(5),
+        );
+        wait_for(&pool, 1).await;
+        assert_eq!(pool.target(), 1);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..6 {
+            let mut child = pool.take().await.unwrap();
+            assert!(child.alive());
+            assert!(seen.insert(child.pgid), "a child was handed out twice");
+        }
+        assert_eq!(
+            pool.target(),
+            3,
+            "six takes in a burst grow the target to max"
+        );
+        wait_for(&pool, 3).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(pool.len() <= 3, "never more than max ready: {}", pool.len());
     }
 }
