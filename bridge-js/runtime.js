@@ -52,8 +52,35 @@ function wellFormed(key, value) {
   return typeof value === 'string' ? value.toWellFormed() : value;
 }
 
+// Frames leave in order through one queue. Guest code chooses how deep the stack is when it
+// logs or calls the bridge, and a stack overflow in the middle of the socket's write path
+// (Node's streams) would leave the stream half-updated and the channel dead. So a frame is
+// written at once only when there is room to spare (headroom() recursed a thousand frames
+// without overflowing); otherwise it waits in the queue for a microtask, which runs on an
+// empty stack. Serializing and queueing first means an overflow there loses nothing but
+// that one frame, with the queue intact.
+const outbox = [];
+let flushQueued = false;
+function headroom(n) {
+  return n === 0 ? 0 : headroom(n - 1) + 1;
+}
+function flush() {
+  flushQueued = false;
+  if (outbox.length === 0) return;
+  const text = outbox.join('');
+  outbox.length = 0;
+  channel.write(text);
+}
 function send(frame) {
-  channel.write(JSONStringify(frame, wellFormed) + '\n');
+  outbox.push(JSONStringify(frame, wellFormed) + '\n');
+  let room = false;
+  try { room = headroom(1000) === 1000; } catch (e) { room = false; }
+  if (room) {
+    flush();
+  } else if (!flushQueued) {
+    queueMicrotask(flush);
+    flushQueued = true;
+  }
 }
 
 // What the parent counts: UTF-8 bytes, not UTF-16 units.
@@ -77,14 +104,20 @@ function tooDeep(value) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The context. Built from a null-prototype object with code generation from strings and
-// wasm off, so `eval`, `Function` and `WebAssembly.compile` are refused inside it (the
-// context-level setting overrides the process-wide flag). Nothing of this realm is put on
-// it: the bootstrap below runs inside the context and creates every global the guest sees
-// from inner-realm objects, so constructor chains (`x.constructor.constructor('return
-// process')()`) only ever reach the inner Function, which cannot compile strings.
+// The context. Code generation from strings and wasm are off in it, so `eval`, `Function`
+// and `WebAssembly.compile` are refused inside (the context-level setting wins over the
+// process-wide flag, which the parent also sets: see "The outer realm" below). Nothing of
+// this realm is put on it: the bootstrap below runs inside the context and creates every
+// global the guest sees from inner-realm objects, so constructor chains
+// (`x.constructor.constructor('return process')()`) only ever reach the inner Function,
+// which cannot compile strings.
+//
+// DONT_CONTEXTIFY: the guest's globalThis is an ordinary object of its own realm, not an
+// outer "sandbox" object behind interceptors. With an outer sandbox object, a setter the
+// guest defines on its global ran with that outer object as `this`, and Node's own code
+// read the guest's globals (`Error`) through it.
 // ---------------------------------------------------------------------------------------
-const context = vm.createContext(Object.create(null), {
+const context = vm.createContext(vm.constants.DONT_CONTEXTIFY, {
   name: 'tool_search_code',
   codeGeneration: { strings: false, wasm: false },
 });
@@ -95,7 +128,7 @@ const context = vm.createContext(Object.create(null), {
 // primitives and never throws (see hostCall below), so no outer object or error can cross
 // back. Everything the bootstrap needs later (JSON, Promise, then, freeze) is captured
 // here, before the guest can replace any of it.
-const BOOTSTRAP = `(function bootstrap(host) {
+const BOOTSTRAP = `(function bootstrap(host, hooked) {
   'use strict';
   const stringify = JSON.stringify;
   const parse = JSON.parse;
@@ -105,6 +138,8 @@ const BOOTSTRAP = `(function bootstrap(host) {
   const apply = Reflect.apply;
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
+  const errorToString = Error.prototype.toString;
+  const rejectP = Promise.reject;
   const ErrorCtor = Error;
   const StringCtor = String;
   const isArray = Array.isArray;
@@ -272,7 +307,52 @@ const BOOTSTRAP = `(function bootstrap(host) {
     return new ErrorCtor(StringCtor(message));
   }
 
-  return freeze({ __proto__: null, deliver: deliver, start: start, error: error });
+  // -------------------------------------------------------------------------------------
+  // The isolate's callbacks. V8 and Node call a few JavaScript functions on the guest's
+  // behalf: Node's prepareStackTrace callback when an error's .stack is first read (also
+  // after Error.captureStackTrace), and Node's import() machinery. Those were outer-realm
+  // functions: when the guest had nearly exhausted the stack, they overflowed on entry and
+  // the RangeError, an outer-realm object, was thrown into the guest (its constructor chain
+  // reached the outer Function). The outer side installs the two functions below as the
+  // isolate's callbacks instead, so whatever they throw, even on entry, is of this realm.
+  //
+  // prepare() formats every error of the process, the outer side's too, so it uses only
+  // what was captured above and calls nothing the guest can replace; it never hands the
+  // error or the call sites to anyone (the guest's own Error.prepareStackTrace is never
+  // called: no call site ever reaches the guest). It lists the guest's frames only.
+  function prepare(globalOfError, error, trace) {
+    let text;
+    try { text = StringCtor(apply(errorToString, error, [])); } catch (e) { text = 'Error'; }
+    try {
+      for (let i = 0; i < trace.length; i++) {
+        const site = trace[i];
+        // Only the guest's own frames: the runtime's and Node's are noise to a model, and
+        // their file names would tell it where this host keeps its cache.
+        if (site.getFileName() !== 'tool_search_code.js') continue;
+        const name = site.getFunctionName();
+        const where = StringCtor(site.getFileName()) + ':' + StringCtor(site.getLineNumber()) + ':' + StringCtor(site.getColumnNumber());
+        text += '\\n    at ' + (name ? StringCtor(name) + ' (' + where + ')' : where);
+      }
+    } catch (e) {}
+    return text;
+  }
+
+  // import() answers with a rejected promise of this realm; an overflow on entry is an
+  // inner RangeError, thrown by import() itself.
+  function importHook() {
+    return apply(rejectP, P, [new ErrorCtor('import() is not available in tool_search_code')]);
+  }
+
+  // Without the hooks (a Node whose internals the outer side cannot reach) the triggers are
+  // removed instead: no error of this realm captures a stack, so .stack is undefined and
+  // no callback runs (an own, non-configurable, non-number stackTraceLimit: V8 reads it
+  // as a data property, so neither assignment nor one on a prototype brings stacks back);
+  // import() is refused when the body is compiled (see run() outside).
+  if (!hooked) {
+    defineProperty(ErrorCtor, 'stackTraceLimit', { value: undefined, writable: false, configurable: false, enumerable: false });
+  }
+
+  return freeze({ __proto__: null, deliver: deliver, start: start, error: error, prepare: prepare, importHook: importHook });
 })`;
 
 // ---------------------------------------------------------------------------------------
@@ -354,7 +434,47 @@ function flushLogCut() {
   }
 }
 
-const inner = new vm.Script(BOOTSTRAP, { filename: 'bootstrap.js' }).runInContext(context)(hostCall);
+// ---------------------------------------------------------------------------------------
+// The outer realm. The parent starts Node with --disallow-code-generation-from-strings, so
+// even a guest that got hold of an outer Function could not compile anything with it, and
+// with --expose-internals, used only here: once, to make the bootstrap's inner functions
+// the isolate's prepareStackTrace and import() callbacks (see the bootstrap). Where that
+// API is missing, the bootstrap removes the triggers instead (no stacks, no import()).
+// ---------------------------------------------------------------------------------------
+let internals = null;
+try {
+  internals = require('internal/test/binding').internalBinding;
+} catch (e) {
+  internals = null;
+}
+const hooked = internals !== null
+  && typeof internals('errors').setPrepareStackTraceCallback === 'function'
+  && typeof internals('module_wrap').setImportModuleDynamicallyCallback === 'function';
+const inner = new vm.Script(BOOTSTRAP, { filename: 'bootstrap.js' }).runInContext(context)(hostCall, hooked);
+if (hooked) {
+  internals('errors').setPrepareStackTraceCallback(inner.prepare);
+  internals('module_wrap').setImportModuleDynamicallyCallback(inner.importHook);
+}
+internals = null;
+
+// Without the hooks, import() must never run: `import` is a keyword, so a body can only
+// ever call it by writing the word. A body with the word is compiled once more with each
+// occurrence replaced by `#mport` (same length, no quote, slash or newline: strings,
+// comments, templates and regular expressions parse the same, while `#mport(` is a syntax
+// error wherever it is code). If that fails where the body itself compiles, the word was
+// code, and the body is refused.
+function usesImport(code) {
+  const word = /(?<![A-Za-z0-9_$])import(?![A-Za-z0-9_$])/g;
+  if (!word.test(code)) return false;
+  const wrap = (text) => '(async function tool_search_code() {\n' + text + '\n})';
+  try {
+    new vm.Script(wrap(code.replace(word, '#mport')));
+    return false;
+  } catch (e) {
+    try { new vm.Script(wrap(code)); } catch (e2) { return false; }
+    return true;
+  }
+}
 
 function run(frame) {
   if (frame.limits && typeof frame.limits === 'object') {
@@ -366,6 +486,10 @@ function run(frame) {
     hostCall('error', 'code-error', 'no code', 0);
     return;
   }
+  if (!hooked && usesImport(frame.code)) {
+    hostCall('error', 'code-error', 'import() is not available in tool_search_code (for a property named import, write obj["import"])', 0);
+    return;
+  }
   let body;
   try {
     // The body becomes an async function. A body that closes the wrapper early
@@ -374,15 +498,17 @@ function run(frame) {
     const script = new vm.Script('(async function tool_search_code() {\n' + frame.code + '\n})', {
       filename: 'tool_search_code.js',
       lineOffset: -1,
-      // Without this callback, import() rejects with an error of this (outer) realm, whose
-      // constructor chain reaches the outer Function. This rejects with an inner error.
+      // A belt: the isolate's import() callback (or, without it, the refusal above) answers
+      // first. Without any of them, import() rejected with an error of this (outer) realm,
+      // whose constructor chain reached the outer Function.
       importModuleDynamically: () => {
         throw inner.error('import() is not available in tool_search_code');
       },
     });
     body = script.runInContext(context, { timeout: limits.syncTimeoutMs, displayErrors: false });
   } catch (e) {
-    const message = e && typeof e.message === 'string' ? e.message : StringCtor(e);
+    let message = 'a syntax error';
+    try { message = StringCtor(e.message); } catch (e2) { message = 'a syntax error'; }
     hostCall('error', 'code-error', 'the code does not compile: ' + message, 0);
     return;
   }

@@ -946,6 +946,64 @@ return [
     );
 }
 
+/// The outer-realm family: every trigger of a callback V8 or Node runs on the guest's behalf
+/// (`.stack`, a V8 TypeError's `.stack`, `Error.captureStackTrace`, `import()`, an error's
+/// `toString`, an unhandled rejection, `console.log` of an error, a bridge call), fired at
+/// every depth near stack exhaustion, in `mode`; no outer-realm object may come back.
+fn outer_realm_family(mode: &str) {
+    let kit = fs::read_to_string(fixture("realm-kit.js")).expect("read realm-kit.js");
+    let triggers = "['stack', 'typeErrorStack', 'capture', 'import', 'toStringOfError', 'rejectUnhandled', 'logAnError', 'bridgeCall']";
+    let body = format!("const TRIGGERS = {triggers};\nconst MODE = '{mode}';\n{kit}");
+    each_node(|case| {
+        let run = case.code(&case.hostile(&body), 60_000);
+        case.assert_all_held(&run);
+    });
+}
+
+#[test]
+fn vm_outer_realm_family_sync() {
+    outer_realm_family("sync");
+}
+
+#[test]
+fn vm_outer_realm_family_after_await() {
+    outer_realm_family("await");
+}
+
+#[test]
+fn vm_outer_realm_family_in_a_promise_chain() {
+    outer_realm_family("chain");
+}
+
+#[test]
+fn vm_accessors_on_the_global_see_only_the_guest_realm() {
+    // A getter or setter on the guest's global, read or written by the guest or by anything
+    // outside on its behalf (Node read `Error` from the guest's global to format stacks),
+    // must only ever receive the guest's own global as `this`.
+    all_held(
+        r#"
+const seen = [];
+const note = (self) => { if (self !== globalThis && self !== undefined) seen.push(self); };
+for (const name of ['Error', 'x', 'openclawX', 'RangeError', 'Promise']) {
+  let stored;
+  try {
+    Object.defineProperty(globalThis, name, { get() { note(this); return stored; }, set(v) { note(this); stored = v; }, configurable: true });
+  } catch (e) {}
+}
+try { globalThis.x = 1; } catch (e) {}
+try { x = 2; } catch (e) {}
+try { new TypeError('t').stack; } catch (e) {}
+try { null.y; } catch (e) { e.stack; }
+try { await import('fs'); } catch (e) {}
+await openclaw.tools.describe('no-such-tool').catch(() => {});
+const out = ['note: ' + seen.length + ' foreign receivers'];
+for (const self of seen.slice(0, 3)) out.push(await tryIt('a foreign receiver .constructor.constructor', () => needProcess(self.constructor.constructor('return process')())));
+if (seen.length > 0) out.push(ESCAPED('a getter or setter of the global saw another object as this'));
+return out;
+"#,
+    );
+}
+
 #[test]
 fn vm_dynamic_import_is_refused() {
     all_held(

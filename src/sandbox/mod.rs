@@ -253,8 +253,16 @@ impl Sandbox {
         let info = node::probe(&path).map_err(|m| SandboxError::new("unavailable", m))?;
         let plan = Plan::new(&policy, &info.path);
         let workdir = empty_dir().map_err(|e| SandboxError::new("unavailable", e))?;
-        // V8 flags: the heap cap and the policy's extras. They key the startup snapshot.
-        let mut v8_flags = Vec::new();
+        // The flags that shape the runtime at start: they key the startup snapshot and are
+        // given to its builder too. No code generation from strings in the outer realm
+        // either, so an outer Function that reached a guest could compile nothing; the
+        // internals, so the runtime can make its inner functions the isolate's
+        // prepareStackTrace and import() callbacks (bridge-js/runtime.js, "The outer
+        // realm"); the heap cap; the policy's extras.
+        let mut v8_flags = vec!["--disallow-code-generation-from-strings".to_string()];
+        if policy.node.inner_hooks {
+            v8_flags.push("--expose-internals".to_string());
+        }
         if policy.node.max_old_space_mib > 0 {
             v8_flags.push(format!(
                 "--max-old-space-size={}",
@@ -262,10 +270,10 @@ impl Sandbox {
             ));
         }
         v8_flags.extend(policy.node.extra_flags.iter().cloned());
-        // --experimental-vm-modules makes Node call the runtime's importModuleDynamically
-        // callback, which rejects import() with an error of the guest's realm; without it
-        // Node rejects with an error of the outer realm, whose constructor chain reaches
-        // the outer Function (an escape found by the escape suite).
+        // --experimental-vm-modules makes Node call the script's importModuleDynamically
+        // callback, which rejects import() with an inner error: a belt under the isolate
+        // hook and the compile-time refusal of import() (without either, Node rejected with
+        // an outer-realm error, an escape found by the escape suite).
         let mut args = vec![
             info.permission_flag.clone(),
             "--no-warnings".to_string(),
@@ -819,45 +827,39 @@ pub fn code_mode_status(configured_node: Option<&Path>) -> CodeModeStatus {
     }
 }
 
-/// The children's working directory: one empty directory per user, shared by every host
-/// and never removed, so no host, however it dies, leaves one behind. It must be a real
-/// directory of this user's that no one else can enter and that holds nothing; the
-/// per-host `toolsearch-sandbox-PID-N` directories of earlier versions are removed when
-/// their host is gone.
+/// The children's working directory: one empty directory per host process,
+/// `$TMPDIR/toolsearch-sandbox-PID-host` (0700), shared by every sandbox of that process. It
+/// cannot outlive its host for long: it is removed when the process exits normally, and a
+/// host that was killed leaves one that the next host to start removes (a directory whose
+/// process is gone, and only if empty).
 fn empty_dir() -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let tmp = std::env::temp_dir();
-    let me = nix::unistd::geteuid().as_raw();
-    let dir = tmp.join(format!("toolsearch-empty-{me}"));
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let meta = std::fs::symlink_metadata(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if !meta.is_dir() || meta.uid() != me {
-        return Err(format!(
-            "{} is not a directory of this user's; remove it so the sandbox can use it",
-            dir.display()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
-    }
-    let empty = std::fs::read_dir(&dir)
-        .map(|mut d| d.next().is_none())
-        .unwrap_or(false);
-    if !empty {
-        return Err(format!(
-            "{} should be empty (it is the sandbox children's working directory); remove what is in it",
-            dir.display()
-        ));
-    }
-    remove_stale_workdirs(&tmp);
-    Ok(dir)
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let tmp = std::env::temp_dir();
+        remove_stale_workdirs(&tmp);
+        let dir = tmp.join(format!("toolsearch-sandbox-{}-host", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        extern "C" fn remove_at_exit() {
+            if let Some(Ok(dir)) = DIR.get() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        // SAFETY: registers a plain function with no captured state; failure only means
+        // the directory is left for the next host's clean-up.
+        unsafe {
+            libc::atexit(remove_at_exit);
+        }
+        Ok(dir)
+    })
+    .clone()
 }
 
 fn remove_stale_workdirs(tmp: &Path) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    {
         let Ok(entries) = std::fs::read_dir(tmp) else {
             return;
         };
@@ -876,5 +878,5 @@ fn remove_stale_workdirs(tmp: &Path) {
                 let _ = std::fs::remove_dir(e.path());
             }
         }
-    });
+    }
 }

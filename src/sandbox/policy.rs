@@ -21,6 +21,7 @@ pub struct NodePolicy {
     pub max_old_space_mib: u64,
     pub extra_flags: Vec<String>,
     pub snapshot: bool,
+    pub inner_hooks: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

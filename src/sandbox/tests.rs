@@ -261,3 +261,106 @@ async fn many_concurrent_large_calls_never_break_the_framing() {
         &failures[..failures.len().min(3)]
     );
 }
+
+#[test]
+fn a_killed_host_s_working_directory_is_removed_by_the_next_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    // No process has a pid this large (Linux's pid_max is at most 2^22).
+    let stale = tmp.path().join("toolsearch-sandbox-99999999-host");
+    let live = tmp
+        .path()
+        .join(format!("toolsearch-sandbox-{}-host", std::process::id()));
+    let not_empty = tmp.path().join("toolsearch-sandbox-99999998-host");
+    for d in [&stale, &live, &not_empty] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::write(not_empty.join("kept"), b"someone's file").unwrap();
+    remove_stale_workdirs(tmp.path());
+    assert!(!stale.exists(), "the dead host's directory is gone");
+    assert!(live.exists(), "a live host's directory stays");
+    assert!(
+        not_empty.join("kept").exists(),
+        "nothing but an empty directory is removed"
+    );
+}
+
+/// The runtime without the isolate hooks (`[node] inner_hooks = false`, or a Node without
+/// the internals): the triggers are removed instead, and the family still finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_hooks_no_stack_and_no_import_leave_the_outer_realm_unreachable() {
+    let mut policy = SandboxPolicy::default_policy().unwrap();
+    policy.node.inner_hooks = false;
+    let sandbox = Sandbox::new(None, policy, false).expect("a sandbox without the hooks");
+    // The kit's import trigger is left out: here a body with import() does not compile.
+    let kit: String = include_str!("../../fixtures/tests/sandbox/realm-kit.js")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("import:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for mode in ["sync", "await", "chain"] {
+        let body = format!(
+            "const ESCAPED = (w) => 'ESC' + 'APED: ' + w;\n\
+             const TRIGGERS = ['stack', 'typeErrorStack', 'capture', 'toStringOfError', 'rejectUnhandled', 'logAnError', 'bridgeCall'];\n\
+             const MODE = '{mode}';\n{kit}"
+        );
+        let report = sandbox
+            .run(&body, Duration::from_secs(30), Echo::new(json!([])))
+            .await;
+        let text = format!("{:?}", report.outcome);
+        assert!(report.outcome.is_ok(), "{mode}: {text}");
+        assert!(!text.contains("ESCAPED"), "{mode}: {text}");
+        assert!(
+            text.contains("held: no outer-realm object"),
+            "{mode}: {text}"
+        );
+    }
+    // import() is refused when the body compiles; the word elsewhere is fine.
+    for (body, refused) in [
+        ("return await import('fs')", true),
+        ("return import /* c */ ('fs')", true),
+        ("const f = () => import('fs'); return 1", true),
+        ("return `${import('fs')}`", true),
+        (
+            "return ['import', /import/.source, {x: 1}['import']]",
+            false,
+        ),
+        ("// import('fs')\nreturn 'import'", false),
+    ] {
+        let report = sandbox
+            .run(body, Duration::from_secs(10), Echo::new(json!([])))
+            .await;
+        let said_import =
+            matches!(&report.outcome, Err(e) if e.message.contains("import() is not available"));
+        assert_eq!(said_import, refused, "{body}: {:?}", report.outcome);
+    }
+    // Runtime errors carry no line here (no stacks); the message is still there.
+    let report = sandbox
+        .run("null.x", Duration::from_secs(10), Echo::new(json!([])))
+        .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert!(e.message.contains("Cannot read properties of null"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_hooks_runtime_errors_keep_their_line_and_stacks_show_only_guest_frames() {
+    let sandbox = sandbox();
+    let report = sandbox
+        .run(
+            "const a = 1;\nconsole.log(new Error('where').stack);\nnull.x;",
+            Duration::from_secs(10),
+            Echo::new(json!([])),
+        )
+        .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert!(e.message.ends_with("(line 3)"), "{e}");
+    let stack = &report.logs[0].text;
+    assert!(stack.contains("tool_search_code.js:2"), "{stack}");
+    assert!(
+        !stack.contains("node:") && !stack.contains(".cache"),
+        "{stack}"
+    );
+}
