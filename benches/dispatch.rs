@@ -101,5 +101,43 @@ fn main() {
             percentile(&mut lat, 0.95)
         );
     }
+    // Unknown ids: what a caller's choice of id costs the host (suggestions are bounded).
+    let config = Config::default();
+    let catalog = Arc::new(
+        Catalog::build(
+            toolsearch::synth::catalog(2_000, 7),
+            &Facts {
+                config: &config,
+                env: &|_| None,
+                sources_down: &Default::default(),
+            },
+        )
+        .expect("catalog"),
+    );
+    let d = DispatcherBuilder::new(catalog).build();
+    for (label, id) in [
+        (
+            "describe an unknown 30-byte id (2,000 tools)",
+            "openclaw:github:create_isue".to_string(),
+        ),
+        (
+            "describe an unknown 60 KB id (2,000 tools)",
+            "x".repeat(60_000),
+        ),
+    ] {
+        let n = 50;
+        let mut lat = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = Instant::now();
+            let e = d.describe(&id, "bench");
+            assert!(e.is_err());
+            lat.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "| {label} | {n} | {:.1} | {:.1} |",
+            percentile(&mut lat, 0.5),
+            percentile(&mut lat, 0.95)
+        );
+    }
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -162,6 +162,18 @@ impl Child {
         }
     }
 
+    /// Kills the child's group now and leaves the reaping to a task, so the caller's answer
+    /// does not wait for the exit to be noticed. The group dies at the kill; until it is
+    /// reaped the leader is a zombie holding its pid, so no other process can take the
+    /// group id meanwhile, and nothing kills it again (the reaper owns the process).
+    pub(crate) fn kill_now_reap_later(mut self) {
+        kill_group(self.pgid);
+        self.pgid = None;
+        tokio::spawn(async move {
+            let _ = self.process.wait().await;
+        });
+    }
+
     /// Whether the child is still running; if it has exited, it is now reaped and never
     /// killed again.
     pub(crate) fn alive(&mut self) -> bool {
@@ -630,7 +642,7 @@ impl Sandbox {
             .drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
             .await;
         cancel.cancel();
-        child.kill_and_reap().await;
+        child.kill_now_reap_later();
         RunReport { outcome, logs }
     }
 
