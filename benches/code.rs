@@ -207,11 +207,12 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
             let child = pool.take().await.expect("spare");
             let r = code::run_with(
                 &sandbox,
-                Some(child),
+                code::ChildFrom::Ready(Box::new(child)),
                 dispatcher.clone(),
                 body,
                 timeout,
                 "bench",
+                CancellationToken::new(),
             )
             .await;
             assert!(r.is_ok(), "{r:?}");
@@ -285,8 +286,16 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
                 ),
                 _ => (body, timeout),
             };
-            let child = pool.take().await.ok();
-            let r = code::run_with(&sandbox, child, dispatcher.clone(), body, t, "soak").await;
+            let r = code::run_with(
+                &sandbox,
+                code::ChildFrom::Spares(&pool),
+                dispatcher.clone(),
+                body,
+                t,
+                "soak",
+                CancellationToken::new(),
+            )
+            .await;
             let key = match &r {
                 code::CodeResult::Ok { .. } => "ok",
                 code::CodeResult::Err { error, .. } => error.code,

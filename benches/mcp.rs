@@ -199,9 +199,16 @@ fn main() {
             }
             let child = pool.take().await.expect("spare");
             let started = Instant::now();
-            let r =
-                code::run_with(&sandbox, Some(child), dispatcher.clone(), one, timeout, "bench")
-                    .await;
+            let r = code::run_with(
+                &sandbox,
+                code::ChildFrom::Ready(Box::new(child)),
+                dispatcher.clone(),
+                one,
+                timeout,
+                "bench",
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await;
             assert!(r.is_ok(), "{r:?}");
             spare_ms.push(started.elapsed().as_secs_f64() * 1e3);
         }

@@ -52,36 +52,29 @@ function wellFormed(key, value) {
   return typeof value === 'string' ? value.toWellFormed() : value;
 }
 
-// Frames leave in order through one queue. Guest code chooses how deep the stack is when it
-// logs or calls the bridge, and a stack overflow in the middle of the socket's write path
-// (Node's streams) would leave the stream half-updated and the channel dead. So a frame is
-// written at once only when there is room to spare (headroom() recursed a thousand frames
-// without overflowing); otherwise it waits in the queue for a microtask, which runs on an
-// empty stack. Serializing and queueing first means an overflow there loses nothing but
-// that one frame, with the queue intact.
-const outbox = [];
-let flushQueued = false;
-function headroom(n) {
-  return n === 0 ? 0 : headroom(n - 1) + 1;
-}
-function flush() {
-  flushQueued = false;
-  if (outbox.length === 0) return;
-  const text = outbox.join('');
-  outbox.length = 0;
-  channel.write(text);
-}
 function send(frame) {
-  outbox.push(JSONStringify(frame, wellFormed) + '\n');
-  let room = false;
-  try { room = headroom(1000) === 1000; } catch (e) { room = false; }
-  if (room) {
-    flush();
-  } else if (!flushQueued) {
-    queueMicrotask(flush);
-    flushQueued = true;
+  channel.write(JSONStringify(frame, wellFormed) + '\n');
+}
+
+// Guest code chooses how deep the stack is when it logs or calls the bridge. An overflow
+// in the middle of the host's work (counting a call, writing the frame through Node's
+// streams) would leave it half done: a bridge call sent but reported failed to the guest
+// (which would retry it), a log counted but never sent, or a socket stream left
+// half-updated. So hostCall first makes sure there is room for all of its work, and refuses
+// before doing any of it otherwise: the probe below recurses through frames at least as
+// large as the host's own (eight arguments each), and either returns or overflows here.
+const HEADROOM_FRAMES = 600;
+function headroom(n, a, b, c, d, e, f, g, h) {
+  return n === 0 ? 0 : headroom(n - 1, a, b, c, d, e, f, g, h) + 1;
+}
+function roomy() {
+  try {
+    return headroom(HEADROOM_FRAMES, 1, 2, 3, 4, 5, 6, 7, 8) === HEADROOM_FRAMES;
+  } catch (e) {
+    return false;
   }
 }
+const TOO_DEEP = 'the stack is too deep to call the host here: call it from a shallower frame';
 
 // What the parent counts: UTF-8 bytes, not UTF-16 units.
 function bytes(text) {
@@ -140,6 +133,18 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   const defineProperty = Object.defineProperty;
   const errorToString = Error.prototype.toString;
   const rejectP = Promise.reject;
+  const hasInstance = Function.prototype[Symbol.hasInstance];
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const WeakMapCtor = WeakMap;
+  // The guest's line of each error whose stack prepare() formatted (see fail()).
+  const guestLines = new WeakMapCtor();
+
+  // \`x instanceof Error\` would call a Symbol.hasInstance the guest defined on Error (and
+  // a Proxy's traps): the captured ordinary check, which never throws out of here.
+  function isError(x) {
+    try { return apply(hasInstance, ErrorCtor, [x]) === true; } catch (e) { return false; }
+  }
   const ErrorCtor = Error;
   const StringCtor = String;
   const isArray = Array.isArray;
@@ -169,7 +174,7 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
 
   function format(item) {
     if (typeof item === 'string') return item;
-    if (item instanceof ErrorCtor) {
+    if (isError(item)) {
       try { return StringCtor(item.stack || item.message); } catch (e) { return 'Error'; }
     }
     const s = safeStringify(item);
@@ -190,30 +195,46 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
 
   // A bridge call starts only when awaited or .then-ed: an unawaited call never reaches
   // the parent, so it never runs a tool.
+  // The call is sent last, once everything that can fail has been done (the promise, the
+  // derived promise of .then(), which may run a guest's Promise[Symbol.species]): a failure
+  // before the send means nothing was sent, and the guest hears of it; after the send
+  // nothing is left that can fail, so a call that ran is never reported as failed.
   function lazy(method, args) {
     const json = safeStringify(args);
     let promise = null;
-    const start = function () {
+    let settle = null;
+    let sent = false;
+    const ensure = function () {
       if (promise === null) {
-        promise = new P(function (resolve, reject) {
-          if (json === null) {
-            reject(new ErrorCtor('openclaw.tools.' + method + ': arguments are not JSON-serializable'));
-            return;
-          }
-          const id = callHost('bridge', method, json);
-          if (typeof id !== 'number') {
-            reject(new ErrorCtor(typeof id === 'string' ? id : 'bridge unavailable'));
-            return;
-          }
-          pending[id] = { resolve: resolve, reject: reject };
-        });
+        promise = new P(function (resolve, reject) { settle = { resolve: resolve, reject: reject }; });
       }
       return promise;
     };
+    const dispatch = function () {
+      if (sent) return;
+      let id = null;
+      if (json === null) {
+        id = 'openclaw.tools.' + method + ': arguments are not JSON-serializable';
+      } else {
+        // callHost throws only when the host could not even start (nothing was sent).
+        try { id = callHost('bridge', method, json); } catch (e) { id = 'the stack is too deep to call the host here'; }
+      }
+      sent = true;
+      if (typeof id === 'number') {
+        pending[id] = settle;
+      } else {
+        settle.reject(new ErrorCtor(typeof id === 'string' ? id : 'bridge unavailable'));
+      }
+    };
+    const chain = function (onOk, onErr) {
+      const derived = apply(then, ensure(), [onOk, onErr]);
+      dispatch();
+      return derived;
+    };
     return freeze({
       __proto__: null,
-      then: function (onOk, onErr) { return apply(then, start(), [onOk, onErr]); },
-      catch: function (onErr) { return apply(then, start(), [undefined, onErr]); },
+      then: function (onOk, onErr) { return chain(onOk, onErr); },
+      catch: function (onErr) { return chain(undefined, onErr); },
     });
   }
 
@@ -257,10 +278,17 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
     }
   }
 
+  // finish() and fail() run guest code (getters, toJSON, toString) and may not throw: a
+  // throw here would reject a promise nobody handles, and the run would end as a timeout.
   function finish(value) {
-    if (value === undefined) value = null;
-    if (value instanceof ErrorCtor) value = StringCtor(value.message);
-    const json = safeStringify(value);
+    let json = null;
+    try {
+      if (value === undefined) value = null;
+      if (isError(value)) value = StringCtor(value.message);
+      json = safeStringify(value);
+    } catch (e) {
+      json = null;
+    }
     if (json === null) {
       callHost('error', 'code-error', 'the return value is not JSON-serializable', 0);
     } else {
@@ -268,15 +296,17 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
     }
   }
 
+  // The line is the one prepare() saw in the guest's first frame, never text parsed out
+  // of the stack (which starts with the guest's own message).
   function fail(error) {
     let message = 'error';
     let line = 0;
     try {
-      if (error instanceof ErrorCtor) {
+      if (isError(error)) {
         message = StringCtor(error.message);
-        const stack = StringCtor(error.stack || '');
-        const m = /tool_search_code\\.js:(\\d+)/.exec(stack);
-        if (m) line = +m[1];
+        StringCtor(error.stack || '');
+        const seen = apply(weakGet, guestLines, [error]);
+        if (typeof seen === 'number') line = seen;
       } else {
         message = format(error);
       }
@@ -330,12 +360,22 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
         // their file names would tell it where this host keeps its cache.
         if (site.getFileName() !== 'tool_search_code.js') continue;
         const name = site.getFunctionName();
+        const lineNumber = site.getLineNumber();
+        if (apply(weakGet, guestLines, [error]) === undefined && typeof lineNumber === 'number') {
+          try { apply(weakSet, guestLines, [error, lineNumber]); } catch (e) {}
+        }
         const where = StringCtor(site.getFileName()) + ':' + StringCtor(site.getLineNumber()) + ':' + StringCtor(site.getColumnNumber());
         text += '\\n    at ' + (name ? StringCtor(name) + ' (' + where + ')' : where);
       }
     } catch (e) {}
     return text;
   }
+
+  // Node's promise-rejection tracking ran outer code on the guest's promises (it reads
+  // a symbol on each rejected one, so a Proxy in the guest's Promise.prototype chain was
+  // called from outside, and could crash the child). The guest's rejections are its own
+  // business: this takes Node's place and does nothing, never touching its arguments.
+  function onReject() {}
 
   // import() answers with a rejected promise of this realm; an overflow on entry is an
   // inner RangeError, thrown by import() itself.
@@ -352,7 +392,7 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
     defineProperty(ErrorCtor, 'stackTraceLimit', { value: undefined, writable: false, configurable: false, enumerable: false });
   }
 
-  return freeze({ __proto__: null, deliver: deliver, start: start, error: error, prepare: prepare, importHook: importHook });
+  return freeze({ __proto__: null, deliver: deliver, start: start, error: error, prepare: prepare, importHook: importHook, onReject: onReject });
 })`;
 
 // ---------------------------------------------------------------------------------------
@@ -371,6 +411,12 @@ let finished = false;
 function hostCall(kind, a, b, c) {
   try {
     if (finished) return undefined;
+    if (!roomy()) {
+      // Nothing was done. A log line is counted as cut (a plain increment cannot
+      // overflow); a bridge call is refused, so the guest's error is the truth.
+      if (kind === 'log') logCut += 1;
+      return kind === 'bridge' ? TOO_DEEP : undefined;
+    }
     if (kind === 'log') {
       if ((a !== 'log' && a !== 'warn' && a !== 'error') || typeof b !== 'string') return undefined;
       const line = b.length > 4096 ? b.slice(0, 4096).toWellFormed() + '...' : b;
@@ -379,9 +425,10 @@ function hostCall(kind, a, b, c) {
         logCut += 1;
         return undefined;
       }
+      // Counted once sent: a failed send leaves the counts as they were.
+      send({ type: 'log', level: a, items: [line] });
       logLines += 1;
       logBytes += size;
-      send({ type: 'log', level: a, items: [line] });
       return undefined;
     }
     if (kind === 'bridge') {
@@ -390,9 +437,12 @@ function hostCall(kind, a, b, c) {
       if (bridgeCalls >= limits.maxBridgeCalls) return 'at most ' + limits.maxBridgeCalls + ' bridge calls per run';
       const args = JSONParse(b);
       if (tooDeep(args)) return 'bridge arguments are nested more than ' + MAX_DEPTH + ' levels deep';
-      bridgeCalls += 1;
-      const id = nextId++;
+      // The id is taken and the call counted once the frame is out; a failed send
+      // returns nothing, so the guest is told it failed exactly when it was not sent.
+      const id = nextId;
       send({ type: 'bridge', id: id, method: a, args: args });
+      nextId += 1;
+      bridgeCalls += 1;
       return id;
     }
     if (kind === 'result') {
@@ -417,13 +467,14 @@ function hostCall(kind, a, b, c) {
       flushLogCut();
       const message = typeof b === 'string' ? b.slice(0, 4096) : 'error';
       const error = { code: a === 'code-error' ? 'code-error' : 'code-error', message: message };
-      if (typeof c === 'number' && c > 0) error.line = c;
+      if (typeof c === 'number' && Number.isSafeInteger(c) && c > 0) error.line = c;
       send({ type: 'result', ok: false, error: error });
       return undefined;
     }
     return undefined;
   } catch (e) {
-    return undefined;
+    // Nothing after the send can throw, so a throw here means nothing was sent.
+    return kind === 'bridge' ? TOO_DEEP : undefined;
   }
 }
 
@@ -449,11 +500,13 @@ try {
 }
 const hooked = internals !== null
   && typeof internals('errors').setPrepareStackTraceCallback === 'function'
-  && typeof internals('module_wrap').setImportModuleDynamicallyCallback === 'function';
+  && typeof internals('module_wrap').setImportModuleDynamicallyCallback === 'function'
+  && typeof internals('task_queue').setPromiseRejectCallback === 'function';
 const inner = new vm.Script(BOOTSTRAP, { filename: 'bootstrap.js' }).runInContext(context)(hostCall, hooked);
 if (hooked) {
   internals('errors').setPrepareStackTraceCallback(inner.prepare);
   internals('module_wrap').setImportModuleDynamicallyCallback(inner.importHook);
+  internals('task_queue').setPromiseRejectCallback(inner.onReject);
 }
 internals = null;
 
@@ -515,14 +568,19 @@ function run(frame) {
   inner.start(body);
 }
 
-let buffer = '';
+// Lines are reassembled from chunks kept in a list, and only a new chunk is searched for
+// a newline: appending to one string and searching it whole on every 64 KiB chunk was
+// quadratic in the size of a large body.
+let chunks = [];
 channel.setEncoding('utf8');
 channel.on('data', (chunk) => {
-  buffer += chunk;
-  let nl;
-  while ((nl = buffer.indexOf('\n')) >= 0) {
-    const line = buffer.slice(0, nl);
-    buffer = buffer.slice(nl + 1);
+  let nl = chunk.indexOf('\n');
+  while (nl >= 0) {
+    chunks.push(chunk.slice(0, nl));
+    const line = chunks.join('');
+    chunks = [];
+    chunk = chunk.slice(nl + 1);
+    nl = chunk.indexOf('\n');
     let frame;
     try { frame = JSONParse(line); } catch (e) { continue; }
     if (frame.type === 'run') {
@@ -532,6 +590,7 @@ channel.on('data', (chunk) => {
       inner.deliver(frame.id, frame.ok === true, JSONStringify(payload === undefined ? null : payload));
     }
   }
+  if (chunk.length > 0) chunks.push(chunk);
 });
 // The guest's own unhandled rejections (a fire-and-forget async helper that throws) are its
 // business: Node's default would end the process and lose the run. They are ignored (the

@@ -16,7 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
-use crate::sandbox::{Bridge, BridgeFailure, BridgeFuture, Child, LogLine, Sandbox, SandboxError};
+use crate::sandbox::spares::SparePool;
+use crate::sandbox::{
+    Bridge, BridgeFailure, BridgeFuture, Child, LogLine, RunReport, Sandbox, SandboxError,
+};
 
 /// Per-run counts, reported in the result's telemetry.
 #[derive(Debug, Default)]
@@ -133,6 +136,16 @@ impl CodeResult {
     }
 }
 
+/// Where a run's child comes from.
+pub enum ChildFrom<'a> {
+    /// Spawned for this run.
+    Fresh,
+    /// Already at `ready` (the CLI starts it while the catalog loads).
+    Ready(Box<Child>),
+    /// A spare of a long-lived host's pool.
+    Spares(&'a SparePool),
+}
+
 /// Runs `code` with a fresh child; `parent_id` names the run in sub-call ids.
 pub async fn run(
     sandbox: &Sandbox,
@@ -141,18 +154,28 @@ pub async fn run(
     timeout: Duration,
     parent_id: &str,
 ) -> CodeResult {
-    run_with(sandbox, None, dispatcher, code, timeout, parent_id).await
+    run_with(
+        sandbox,
+        ChildFrom::Fresh,
+        dispatcher,
+        code,
+        timeout,
+        parent_id,
+        CancellationToken::new(),
+    )
+    .await
 }
 
-/// Runs `code` on `child` (a spare, see [`crate::sandbox::spares`]) or, without one, on a
-/// fresh child.
+/// Runs `code` once a run slot of the sandbox is free (so a flood of calls waits instead
+/// of starting children), on a child from `from`; `cancel` ends the run (`cancelled`).
 pub async fn run_with(
     sandbox: &Sandbox,
-    child: Option<Child>,
+    from: ChildFrom<'_>,
     dispatcher: Arc<Dispatcher>,
     code: &str,
     timeout: Duration,
     parent_id: &str,
+    cancel: CancellationToken,
 ) -> CodeResult {
     let bridge = Arc::new(DispatchBridge {
         dispatcher: Arc::clone(&dispatcher),
@@ -162,9 +185,29 @@ pub async fn run_with(
     dispatcher
         .log()
         .event("code", json!({"run_id": parent_id, "bytes": code.len()}));
-    let outcome = match child {
-        Some(child) => sandbox.run_on(child, code, timeout, bridge.clone()).await,
-        None => sandbox.run(code, timeout, bridge.clone()).await,
+    let outcome = match sandbox.slot(timeout).await {
+        Err(e) => RunReport {
+            outcome: Err(e),
+            logs: Vec::new(),
+        },
+        Ok(_slot) => {
+            let child = match from {
+                ChildFrom::Ready(child) => Ok(*child),
+                ChildFrom::Spares(pool) => pool.take().await,
+                ChildFrom::Fresh => sandbox.spawn(timeout).await,
+            };
+            match child {
+                Ok(child) => {
+                    sandbox
+                        .run_on(child, code, timeout, bridge.clone(), cancel)
+                        .await
+                }
+                Err(e) => RunReport {
+                    outcome: Err(e),
+                    logs: Vec::new(),
+                },
+            }
+        }
     };
     let counts = dispatcher.catalog().counts();
     let telemetry = Telemetry {

@@ -560,8 +560,18 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 .map_err(|e| Error::Unavailable(e.to_string()))?
                 .map_err(Error::Unavailable)?;
             let dispatcher = Arc::new(loaded.dispatcher);
+            let from = match child {
+                Some(child) => toolsearch::code::ChildFrom::Ready(Box::new(child)),
+                None => toolsearch::code::ChildFrom::Fresh,
+            };
             let result = runtime.block_on(toolsearch::code::run_with(
-                &sandbox, child, dispatcher, &body, timeout, "cli",
+                &sandbox,
+                from,
+                dispatcher,
+                &body,
+                timeout,
+                "cli",
+                tokio_util::sync::CancellationToken::new(),
             ));
             if json {
                 print_json(&result);

@@ -1004,6 +1004,149 @@ return out;
     );
 }
 
+/// Host calls made at every depth near stack exhaustion are all or nothing: a call the
+/// guest was told failed never ran (no "ghost" side effect a model would retry), and every
+/// call that ran is one the guest saw succeed.
+#[test]
+fn vm_host_calls_at_the_stack_edge_are_all_or_nothing() {
+    each_node(|case| {
+        let body = r#"
+function deep(n, k) { if (n > 0) return deep(n - 1, k) + 1;
+  openclaw.tools.call('echo', {text: 'k' + k}).then(() => res.ok.push(k), (e) => res.err.push(e.message));
+  console.log('k' + k); return 0; }
+function probe(n) { try { return probe(n + 1); } catch (e) { return n; } }
+const max = probe(0);
+const res = { ok: [], err: [] };
+let tries = 0;
+for (let k = 100; k < 4000 && tries < 50; k += 1) { try { deep(max - k, k); tries++; } catch (e) {} }
+for (let j = 0; j < 5; j++) { for (let i = 0; i < 200; i++) await null; await openclaw.tools.search('x'); }
+return { ok: res.ok.length, err: res.err.filter((m) => !/stack|too deep/.test(m)) };
+"#;
+        let run = case.code(body, RUN_MS);
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
+        let ran = run.json["telemetry"]["call_count"].as_u64().unwrap_or(0);
+        assert_eq!(
+            run.value()["ok"].as_u64(),
+            Some(ran),
+            "calls that ran vs calls the guest saw succeed: {}",
+            run.stdout
+        );
+        assert_eq!(run.value()["err"], serde_json::json!([]), "{}", run.stdout);
+        assert!(ran > 0, "{}", run.stdout);
+    });
+}
+
+/// However the guest shapes its error (a message quoting the stack's own pattern, a
+/// replaced `RegExp.prototype.exec`, a throwing `Symbol.hasInstance` or `message` getter),
+/// the run ends as `code-error` with a sane line, or returns: never `protocol` or `timeout`.
+#[test]
+fn vm_the_guest_cannot_choose_how_its_result_is_read() {
+    each_node(|case| {
+        for (body, want) in [
+            (
+                "throw new Error('failed at tool_search_code.js:99999999999999999999')",
+                "code-error",
+            ),
+            (
+                "RegExp.prototype.exec = () => [0, '1.5']; throw new Error('x')",
+                "code-error",
+            ),
+            (
+                "Object.defineProperty(Error, Symbol.hasInstance, {value() { throw 1; }}); throw new Error('x')",
+                "code-error",
+            ),
+            (
+                "Object.defineProperty(Error, Symbol.hasInstance, {value() { throw 1; }}); return new Error('e')",
+                "ok",
+            ),
+            (
+                "const e = new Error('x'); Object.defineProperty(e, 'message', {get() { throw 2; }}); throw e",
+                "code-error",
+            ),
+            (
+                "throw new Proxy({}, {get() { throw 3; }, getPrototypeOf() { throw 4; }})",
+                "code-error",
+            ),
+            ("return {toJSON() { throw 5; }}", "code-error"),
+        ] {
+            let run = case.code(body, RUN_MS);
+            case.assert_contained(&run);
+            if want == "ok" {
+                assert!(run.ok(), "{body}: {}", run.stdout);
+            } else {
+                run.assert_error(&[want]);
+                let message = run.json["error"]["message"].as_str().unwrap_or_default();
+                assert!(
+                    !message.contains("99999999999999999999)") || message.ends_with("(line 1)"),
+                    "{body}: {message}"
+                );
+            }
+        }
+    });
+}
+
+/// Node's promise-rejection tracking is not run on the guest's promises: with a Proxy in
+/// the guest's `Promise.prototype` chain that answers Node's async-id symbol with junk, the
+/// child used to crash ("async hook stack has become corrupted", with host paths in the
+/// error). Node's C++ side still reads that symbol on a rejected promise; whatever it hands
+/// the trap must be of the guest's realm (or a primitive), and the run must end normally.
+#[test]
+fn vm_node_s_rejection_tracking_neither_crashes_the_child_nor_hands_out_outer_objects() {
+    all_held(
+        r#"
+const ObjProto = Object.prototype;
+const outer = (x) => { if (x === null || (typeof x !== 'object' && typeof x !== 'function')) return false;
+  let p = x, last = null; while ((p = Object.getPrototypeOf(p)) !== null) last = p; return last !== null && last !== ObjProto; };
+const seen = [];
+const base = Object.getPrototypeOf(Promise.prototype);
+Object.setPrototypeOf(Promise.prototype, new Proxy(base, { get(t, k, r) {
+  if (typeof k === 'symbol' && String(k).includes('async_id')) {
+    if (outer(t) || outer(r)) seen.push(r);
+    return { valueOf() { return 7; } };
+  }
+  return Reflect.get(t, k, r);
+} }));
+Promise.reject(1);
+new Promise((_, reject) => reject(new Error('late'))).then(() => {});
+for (let i = 0; i < 5; i++) await null;
+await openclaw.tools.search('x');
+const out = ['note: the run went on to its end'];
+out.push(seen.length === 0 ? 'held: nothing of another realm reached the trap' : await tryIt('an outer receiver', () => needProcess(seen[0].constructor.constructor('return process')())));
+return out;
+"#,
+    );
+}
+
+/// A console line written deep in the stack just before a loop that never yields is still
+/// delivered when the run times out.
+#[test]
+fn vm_a_log_written_deep_before_a_busy_loop_survives_the_timeout() {
+    each_node(|case| {
+        let body = "function walk(n) { if (n === 0) { console.log('reached the leaf'); return 0; } return 1 + walk(n - 1); }\n\
+                    walk(2000); for (;;) {}";
+        let run = case.code(body, TIMEOUT_MS);
+        case.assert_contained(&run);
+        run.assert_error(&["timeout"]);
+        assert_eq!(run.logs().len(), 1, "{}", run.stdout);
+    });
+}
+
+/// A body whose helper threads (V8's GC) burn CPU faster than the clock runs to its end:
+/// the CPU rlimit is a backstop far above the deadline, not a second, tighter deadline.
+#[test]
+fn a_gc_heavy_body_is_not_killed_before_its_deadline() {
+    each_node(|case| {
+        let body = "const live = []; for (let i = 0; i < 200000; i++) live.push({i, s: 'v' + i});\n\
+                    const until = Date.now() + 2500; let n = 0;\n\
+                    while (Date.now() < until) { live[(n * 7919) % live.length] = {n, s: 'w' + n}; n++; }\n\
+                    return n > 0";
+        let run = case.code(body, 5_000);
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
+    });
+}
+
 #[test]
 fn vm_dynamic_import_is_refused() {
     all_held(

@@ -424,17 +424,18 @@ impl Agent {
                         "tool_search_code is unavailable: no sandbox in this host".into(),
                     );
                 };
-                let child = match &self.spares {
-                    Some(pool) => pool.take().await.ok(),
-                    None => None,
+                let from = match &self.spares {
+                    Some(pool) => crate::code::ChildFrom::Spares(pool),
+                    None => crate::code::ChildFrom::Fresh,
                 };
                 let result = crate::code::run_with(
                     sandbox,
-                    child,
+                    from,
                     Arc::clone(d),
                     code,
                     self.code_timeout,
                     run_id,
+                    abort,
                 )
                 .await;
                 let ok = result.is_ok();

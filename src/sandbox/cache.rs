@@ -137,9 +137,9 @@ pub fn store(dir: &Path, kind: &str, key: &str, node: &NodeInfo) {
     }
 }
 
-/// Forgets an entry that turned out wrong.
-pub fn forget(dir: &Path, kind: &str, key: &str) {
-    let _ = fs::remove_file(file_for(dir, kind, key));
+/// Forgets an entry that turned out wrong; whether there was one.
+pub fn forget(dir: &Path, kind: &str, key: &str) -> bool {
+    fs::remove_file(file_for(dir, kind, key)).is_ok()
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
@@ -50,7 +50,8 @@ use protocol::{BridgeMethod, ChildFrame, Frame, FrameCodec, LogLevel, ProtocolEr
 pub const RUNTIME_JS: &str = include_str!("../../bridge-js/runtime.js");
 
 /// A failed run, with one of the stable codes: `timeout`, `child-exited`, `protocol`,
-/// `output-too-large`, `code-error`, `out-of-memory`, `unavailable`.
+/// `output-too-large`, `code-error`, `out-of-memory`, `unavailable`, `busy` (no slot for
+/// a run in time), `cancelled` (the caller went away).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SandboxError {
     pub code: &'static str,
@@ -120,6 +121,8 @@ pub struct Sandbox {
     /// child that cannot start removes it).
     calibration: Option<(PathBuf, String)>,
     calibrated_from_cache: bool,
+    /// Slots for runs at once (`max_concurrent_runs`).
+    runs: Arc<Semaphore>,
 }
 
 /// What a child starts with.
@@ -261,6 +264,27 @@ impl Sandbox {
         policy: SandboxPolicy,
         strict: bool,
     ) -> Result<Self, SandboxError> {
+        match Self::build(node, policy.clone(), strict) {
+            Ok(sandbox) => Ok(sandbox),
+            Err(e) => {
+                // A cached probe may be what is wrong (a flag this Node refuses): forget it
+                // and try once more from scratch, so a bad entry never sticks.
+                let path = node::choose(node).map_err(|m| SandboxError::new("unavailable", m))?;
+                if node::forget(&path) {
+                    tracing::warn!("sandbox: {e}; probing node again");
+                    Self::build(node, policy, strict)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn build(
+        node: Option<&Path>,
+        policy: SandboxPolicy,
+        strict: bool,
+    ) -> Result<Self, SandboxError> {
         let path = node::choose(node).map_err(|m| SandboxError::new("unavailable", m))?;
         let info = node::probe(&path).map_err(|m| SandboxError::new("unavailable", m))?;
         let plan = Plan::new(&policy, &info.path);
@@ -304,6 +328,7 @@ impl Sandbox {
             }
             _ => None,
         };
+        let policy_runs = policy.limits.max_concurrent_runs.max(1);
         let calibration =
             cache::default_dir()
                 .zip(cache::binary_key(&info.path))
@@ -325,6 +350,7 @@ impl Sandbox {
             snapshot,
             calibration,
             calibrated_from_cache: false,
+            runs: Arc::new(Semaphore::new(policy_runs)),
         };
         if let Some(blob) = &sandbox.snapshot {
             sandbox.plan.allow_read(blob);
@@ -566,7 +592,11 @@ impl Sandbox {
     }
 
     fn spawn_entry(&self, entry: Entry<'_>, timeout: Duration) -> Result<Child, SandboxError> {
-        let cpu_seconds = timeout.as_secs() + 1;
+        // CPU time, not wall time: V8's helper threads (GC, compilers) add CPU faster than
+        // the clock (12.8 s in 8.6 s measured), so the backstop allows eight times the
+        // deadline. The parent's kill at the deadline is the real limit; this one only
+        // matters if the parent is alive but somehow failed to kill.
+        let cpu_seconds = timeout.as_secs() * 8 + 1;
         let mut prepared = self
             .plan
             .prepare(cpu_seconds)
@@ -617,30 +647,62 @@ impl Sandbox {
         })
     }
 
-    /// Spawns a child and runs `code` on it.
+    /// A slot for one run, waited for at most `within` (then `busy`). Taken before a child
+    /// is: a flood of calls waits here instead of starting children.
+    pub async fn slot(&self, within: Duration) -> Result<OwnedSemaphorePermit, SandboxError> {
+        match tokio::time::timeout(within, Arc::clone(&self.runs).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(SandboxError::new(
+                "busy",
+                format!(
+                    "{} tool_search_code runs are already running in this host; try again when one has finished",
+                    self.policy.limits.max_concurrent_runs
+                ),
+            )),
+        }
+    }
+
+    /// Takes a slot, spawns a child and runs `code` on it.
     pub async fn run(&self, code: &str, timeout: Duration, bridge: Arc<dyn Bridge>) -> RunReport {
+        let failed = |e| RunReport {
+            outcome: Err(e),
+            logs: Vec::new(),
+        };
+        let _slot = match self.slot(timeout).await {
+            Ok(s) => s,
+            Err(e) => return failed(e),
+        };
         match self.spawn(timeout).await {
-            Ok(child) => self.run_on(child, code, timeout, bridge).await,
-            Err(e) => RunReport {
-                outcome: Err(e),
-                logs: Vec::new(),
-            },
+            Ok(child) => {
+                self.run_on(child, code, timeout, bridge, CancellationToken::new())
+                    .await
+            }
+            Err(e) => failed(e),
         }
     }
 
     /// Runs `code` on a ready child, then kills the child's group whatever happened.
+    /// `cancel` ends the run early (as `cancelled`): the caller went away.
     pub async fn run_on(
         &self,
         mut child: Child,
         code: &str,
         timeout: Duration,
         bridge: Arc<dyn Bridge>,
+        cancel: CancellationToken,
     ) -> RunReport {
-        let cancel = CancellationToken::new();
+        let cancel = cancel.child_token();
         let mut logs = Vec::new();
-        let outcome = self
-            .drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
-            .await;
+        let max = self.policy.limits.max_code_bytes;
+        let outcome = if code.len() > max {
+            Err(SandboxError::new(
+                "code-error",
+                format!("the code is {} bytes; the limit is {max}", code.len()),
+            ))
+        } else {
+            self.drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
+                .await
+        };
         cancel.cancel();
         child.kill_now_reap_later();
         RunReport { outcome, logs }
@@ -696,6 +758,9 @@ impl Sandbox {
             tokio::select! {
                 biased;
                 _ = &mut deadline => return Err(timed_out()),
+                _ = cancel.cancelled() => {
+                    return Err(SandboxError::new("cancelled", "the run was cancelled by its caller"));
+                }
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     let Ok((id, outcome)) = done else { continue };
                     let frame = match outcome {
@@ -806,10 +871,15 @@ impl Sandbox {
                 ),
             );
         }
-        SandboxError::new(
-            "child-exited",
-            format!("the sandbox child stopped ({how}): {}", tail.trim()),
-        )
+        // The end of stderr is for the host's log, not for the model: it may hold Node's
+        // own backtraces and the paths of this host's files.
+        if !tail.trim().is_empty() {
+            tracing::warn!(
+                "sandbox: the child stopped ({how}); its stderr ended with: {}",
+                tail.trim()
+            );
+        }
+        SandboxError::new("child-exited", format!("the sandbox child stopped ({how})"))
     }
 }
 

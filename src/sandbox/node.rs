@@ -45,10 +45,31 @@ pub fn choose(configured: Option<&Path>) -> Result<PathBuf, String> {
     ))
 }
 
+type ProbeCache = Mutex<HashMap<PathBuf, Result<NodeInfo, String>>>;
+
+fn probes() -> &'static ProbeCache {
+    static CACHE: OnceLock<ProbeCache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Forgets what is known of `path` (this process's probe and the machine's cached one);
+/// whether there was a cached one on disk to forget.
+pub fn forget(path: &Path) -> bool {
+    if let Ok(mut c) = probes().lock() {
+        c.remove(path);
+    }
+    let Ok(canonical) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    match super::cache::default_dir().zip(super::cache::binary_key(&canonical)) {
+        Some((dir, key)) => super::cache::forget(&dir, "probe", &key),
+        None => false,
+    }
+}
+
 /// Probes `path`, once per process.
 pub fn probe(path: &Path) -> Result<NodeInfo, String> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Result<NodeInfo, String>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
+    let cache = probes();
     if let Ok(c) = cache.lock()
         && let Some(r) = c.get(path)
     {

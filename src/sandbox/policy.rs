@@ -33,6 +33,8 @@ pub struct Limits {
     pub max_bridge_calls: usize,
     pub max_arg_bytes: usize,
     pub max_calls_in_flight: usize,
+    pub max_concurrent_runs: usize,
+    pub max_code_bytes: usize,
     pub max_frame_bytes: usize,
     pub stderr_tail_chars: usize,
     pub startup_timeout_ms: u64,

@@ -82,7 +82,13 @@ async fn forged(act: &str, timeout: Duration) -> (RunReport, Duration) {
     }
     let started = Instant::now();
     let report = sandbox
-        .run_on(child, "", timeout, Echo::new(json!([])))
+        .run_on(
+            child,
+            "",
+            timeout,
+            Echo::new(json!([])),
+            CancellationToken::new(),
+        )
         .await;
     (report, started.elapsed())
 }
@@ -363,4 +369,90 @@ async fn with_the_hooks_runtime_errors_keep_their_line_and_stacks_show_only_gues
         !stack.contains("node:") && !stack.contains(".cache"),
         "{stack}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_beyond_the_host_s_slots_wait_and_then_end_as_busy() {
+    let mut policy = SandboxPolicy::default_policy().unwrap();
+    policy.limits.max_concurrent_runs = 2;
+    let sandbox = Arc::new(Sandbox::new(None, policy, false).expect("a sandbox"));
+    // Two long runs hold both slots; two short-deadline runs wait for a slot, never get
+    // one, and start no child.
+    let long = |s: Arc<Sandbox>| async move {
+        s.run("for (;;) {}", Duration::from_secs(4), Echo::new(json!([])))
+            .await
+    };
+    let first = tokio::spawn(long(Arc::clone(&sandbox)));
+    let second = tokio::spawn(long(Arc::clone(&sandbox)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let waiting = futures::future::join_all((0..2).map(|_| {
+        let s = Arc::clone(&sandbox);
+        async move {
+            s.run(
+                "return 1",
+                Duration::from_millis(1000),
+                Echo::new(json!([])),
+            )
+            .await
+        }
+    }))
+    .await;
+    for report in &waiting {
+        assert_eq!(code_of(report), "busy", "{report:?}");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    for handle in [first, second] {
+        assert_eq!(code_of(&handle.await.unwrap()), "timeout");
+    }
+    // Slots come back: a run now gets one.
+    let report = sandbox
+        .run("return 1", Duration::from_secs(10), Echo::new(json!([])))
+        .await;
+    assert_eq!(report.outcome, Ok(json!(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_ends_at_once_and_keeps_its_logs() {
+    let sandbox = sandbox();
+    let child = sandbox.spawn(Duration::from_secs(20)).await.unwrap();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let report = sandbox
+        .run_on(
+            child,
+            "console.log('started'); for (;;) {}",
+            Duration::from_secs(20),
+            Echo::new(json!([])),
+            cancel,
+        )
+        .await;
+    assert_eq!(code_of(&report), "cancelled", "{report:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(report.logs.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_run_in_linear_time_and_oversized_ones_are_refused() {
+    let sandbox = sandbox();
+    // 900 KB of comment: reassembled from ~14 chunks without rescanning.
+    let body = format!("/*{}*/\nreturn 1", "x".repeat(900_000));
+    let report = sandbox
+        .run(&body, Duration::from_secs(20), Echo::new(json!([])))
+        .await;
+    assert_eq!(report.outcome, Ok(json!(1)), "{report:?}");
+    let body = format!("/*{}*/\nreturn 1", "x".repeat(2_000_000));
+    let report = sandbox
+        .run(&body, Duration::from_secs(20), Echo::new(json!([])))
+        .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "code-error");
+    assert!(e.message.contains("the limit is 1048576"), "{e}");
 }
