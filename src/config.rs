@@ -44,7 +44,7 @@
 //! [sandbox]
 //! node = "/usr/bin/node"                   # else TOOLSEARCH_NODE, else node on PATH
 //! strict = false                           # a barrier the host refuses is fatal
-//! spares = 2                               # children kept ready (gateway, mcp serve)
+//! spares = 4                               # children kept ready (gateway, mcp serve)
 //! max_spares = 8                           # a burst grows the pool up to this
 //!
 //! [[approvals]]                            # calls to these need an approval
@@ -284,7 +284,7 @@ pub struct SandboxConfig {
 }
 
 fn default_spares() -> usize {
-    2
+    4
 }
 
 fn default_max_spares() -> usize {
