@@ -131,7 +131,13 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   const apply = Reflect.apply;
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
-  const errorToString = Error.prototype.toString;
+  const getOwn = Object.getOwnPropertyDescriptor;
+  const getProto = Object.getPrototypeOf;
+  // The standard error prototypes and their names, as they were before any guest code.
+  const knownNames = [];
+  for (const C of [Error, TypeError, RangeError, SyntaxError, ReferenceError, EvalError, URIError, AggregateError]) {
+    knownNames.push([C.prototype, C.name]);
+  }
   const rejectP = Promise.reject;
   const hasInstance = Function.prototype[Symbol.hasInstance];
   const weakGet = WeakMap.prototype.get;
@@ -350,9 +356,32 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   // what was captured above and calls nothing the guest can replace; it never hands the
   // error or the call sites to anyone (the guest's own Error.prepareStackTrace is never
   // called: no call site ever reaches the guest). It lists the guest's frames only.
+  // No guest code may run inside prepare(): V8 formats a stack read while another is being
+  // formatted with its own formatter, which lists every frame (the runtime's, Node's, and
+  // the paths of this host's files). So the heading is built from own data properties and
+  // the standard prototypes captured above, never by calling toString or a getter. The
+  // error itself is an ordinary object (V8 captures stacks only on those), so reading its
+  // own descriptors and its prototype runs no trap; its prototype is only compared, never
+  // read, since it may be a guest's Proxy.
+  function dataOf(object, key) {
+    const d = getOwn(object, key);
+    return d !== undefined && typeof d.value === 'string' ? d.value : undefined;
+  }
+  function heading(error) {
+    let name = dataOf(error, 'name');
+    if (name === undefined) {
+      const proto = getProto(error);
+      name = 'Error';
+      for (let i = 0; i < knownNames.length; i++) {
+        if (knownNames[i][0] === proto) { name = knownNames[i][1]; break; }
+      }
+    }
+    const message = dataOf(error, 'message');
+    return message === undefined || message === '' ? name : name + ': ' + message;
+  }
   function prepare(globalOfError, error, trace) {
     let text;
-    try { text = StringCtor(apply(errorToString, error, [])); } catch (e) { text = 'Error'; }
+    try { text = heading(error); } catch (e) { text = 'Error'; }
     try {
       for (let i = 0; i < trace.length; i++) {
         const site = trace[i];

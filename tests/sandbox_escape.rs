@@ -1147,6 +1147,49 @@ fn a_gc_heavy_body_is_not_killed_before_its_deadline() {
     });
 }
 
+/// Stacks show only the guest's own frames, however the guest makes formatting re-enter
+/// (a stack read from a getter that the formatter would call lists every frame: the
+/// runtime's, Node's, and the paths of this host's files).
+#[test]
+fn vm_stacks_show_only_guest_frames_even_when_formatting_re_enters() {
+    each_node(|case| {
+        let body = r#"
+Error.stackTraceLimit = 50;
+const stacks = [];
+const nested = () => new Error('inner').stack;
+const a = new Error('a'); Object.defineProperty(a, 'name', { get: nested }); stacks.push(a.stack);
+const b = new Error('b'); Object.defineProperty(b, 'message', { get: nested }); stacks.push(b.stack);
+Object.defineProperty(Error.prototype, 'name', { get: nested, configurable: true });
+stacks.push(new Error('c').stack);
+Error.prototype.toString = function () { return nested(); };
+stacks.push(new TypeError('d').stack);
+const e = new Error('e'); Object.setPrototypeOf(e, new Proxy({}, { get: nested, getOwnPropertyDescriptor: nested, getPrototypeOf: nested }));
+stacks.push(e.stack);
+try { null.x; } catch (x) { stacks.push(x.stack); }
+return stacks.map(String);
+"#;
+        let run = case.code(body, RUN_MS);
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
+        for stack in run.value().as_array().expect("a list of stacks") {
+            let text = stack.as_str().unwrap_or_default();
+            for line in text.lines().skip(1) {
+                assert!(
+                    line.contains("(tool_search_code.js:")
+                        || line.trim_start().starts_with("at tool_search_code.js:"),
+                    "a frame that is not the guest's: {line}\n{text}"
+                );
+            }
+            assert!(
+                !text.contains("bootstrap.js")
+                    && !text.contains("node:")
+                    && !text.contains(".cache"),
+                "{text}"
+            );
+        }
+    });
+}
+
 #[test]
 fn vm_dynamic_import_is_refused() {
     all_held(
