@@ -186,10 +186,7 @@ pub async fn run_with(
         .log()
         .event("code", json!({"run_id": parent_id, "bytes": code.len()}));
     let outcome = match sandbox.slot(timeout).await {
-        Err(e) => RunReport {
-            outcome: Err(e),
-            logs: Vec::new(),
-        },
+        Err(e) => RunReport::failed(e),
         Ok(_slot) => {
             let child = match from {
                 ChildFrom::Ready(child) => Ok(*child),
@@ -202,10 +199,7 @@ pub async fn run_with(
                         .run_on(child, code, timeout, bridge.clone(), cancel)
                         .await
                 }
-                Err(e) => RunReport {
-                    outcome: Err(e),
-                    logs: Vec::new(),
-                },
+                Err(e) => RunReport::failed(e),
             }
         }
     };

@@ -108,6 +108,16 @@ pub struct RunReport {
     pub logs: Vec<LogLine>,
 }
 
+impl RunReport {
+    /// A run that failed before its body ran (no slot, no child): nothing was logged.
+    pub fn failed(error: SandboxError) -> Self {
+        RunReport {
+            outcome: Err(error),
+            logs: Vec::new(),
+        }
+    }
+}
+
 /// A configured, calibrated sandbox.
 pub struct Sandbox {
     node: NodeInfo,
@@ -664,20 +674,16 @@ impl Sandbox {
 
     /// Takes a slot, spawns a child and runs `code` on it.
     pub async fn run(&self, code: &str, timeout: Duration, bridge: Arc<dyn Bridge>) -> RunReport {
-        let failed = |e| RunReport {
-            outcome: Err(e),
-            logs: Vec::new(),
-        };
         let _slot = match self.slot(timeout).await {
             Ok(s) => s,
-            Err(e) => return failed(e),
+            Err(e) => return RunReport::failed(e),
         };
         match self.spawn(timeout).await {
             Ok(child) => {
                 self.run_on(child, code, timeout, bridge, CancellationToken::new())
                     .await
             }
-            Err(e) => failed(e),
+            Err(e) => RunReport::failed(e),
         }
     }
 
@@ -941,24 +947,22 @@ fn empty_dir() -> Result<PathBuf, String> {
 }
 
 fn remove_stale_workdirs(tmp: &Path) {
-    {
-        let Ok(entries) = std::fs::read_dir(tmp) else {
-            return;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("toolsearch-sandbox-"))
+        else {
+            continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(rest) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("toolsearch-sandbox-"))
-            else {
-                continue;
-            };
-            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            let gone = pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
-            if gone {
-                // remove_dir: only an empty directory goes, never what someone put there.
-                let _ = std::fs::remove_dir(e.path());
-            }
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let gone = pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+        if gone {
+            // remove_dir: only an empty directory goes, never what someone put there.
+            let _ = std::fs::remove_dir(e.path());
         }
     }
 }
