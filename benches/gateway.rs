@@ -12,7 +12,7 @@ use toolsearch::config::{Config, Mode};
 use toolsearch::gateway::client::HttpModel;
 use toolsearch::gateway::mock::{MockOptions, MockProvider, serve};
 use toolsearch::gateway::server::Gateway;
-use toolsearch::mcp::Sources;
+use toolsearch::host::{self, Host};
 use toolsearch::provider::Provider;
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -39,25 +39,16 @@ fn main() {
 
         let mut config = Config::default();
         config.provider.base_url = format!("{mock_url}/v1");
-        let sources = Arc::new(Sources {
-            config: config.clone(),
-            local: embedded::demo_descriptors().expect("demo"),
-            hub: None,
-        });
-        let catalog = Arc::clone(&sources).live().expect("catalog");
         let model = HttpModel::new(&config.provider).expect("model");
         let state = std::env::temp_dir().join(format!("toolsearch-gw-bench-{}", std::process::id()));
-        let gw = Gateway::new(
-            config,
-            sources,
-            catalog,
-            Mode::Tools,
-            None,
-            None,
-            Arc::new(model),
-            Provider::OpenaiResponses,
-            state.clone(),
-        );
+        let options = host::Options {
+            mode: Some(Mode::Tools),
+            state_dir: Some(state.clone()),
+            ..Default::default()
+        };
+        let local = embedded::demo_descriptors().expect("demo");
+        let host = Host::with_descriptors(options, config, local).expect("host");
+        let gw = Gateway::new(Arc::new(host), Arc::new(model), Provider::OpenaiResponses);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let gw_url = format!("http://{}", listener.local_addr().expect("addr"));
         let server = Arc::clone(&gw);

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use toolsearch::catalog::{Sources, Upstream};
 use toolsearch::code;
 use toolsearch::config::Config;
 use toolsearch::dispatch::{CallRequest, DispatcherBuilder};
 use toolsearch::executors::{Executor, Executors};
-use toolsearch::mcp::{Hub, Sources};
+use toolsearch::mcp::Hub;
 use toolsearch::sandbox::spares::SparePool;
 use toolsearch::sandbox::{Sandbox, SandboxPolicy};
 
@@ -117,7 +118,7 @@ fn main() {
             let sources = Sources {
                 config: config.clone(),
                 local: Vec::new(),
-                hub: Some(Arc::clone(&hub)),
+                upstream: Some(Arc::clone(&hub) as Arc<dyn Upstream>),
             };
             let catalog = sources.build().expect("catalog");
             catalog_ms.push(started.elapsed().as_secs_f64() * 1e3);
@@ -133,7 +134,7 @@ fn main() {
         let sources = Arc::new(Sources {
             config: config.clone(),
             local: Vec::new(),
-            hub: Some(Arc::clone(&hub)),
+            upstream: Some(Arc::clone(&hub) as Arc<dyn Upstream>),
         });
         let live = Arc::clone(&sources).live().expect("catalog");
         let dispatcher = Arc::new(

@@ -95,7 +95,7 @@ impl Bridge for DispatchBridge {
                     request.parent = Some(self.run_id.clone());
                     request.cancel = cancel;
                     let envelope = self.dispatcher.call(request).await.map_err(fail)?;
-                    Ok(json!({"tool": envelope.tool, "result": envelope.result}))
+                    Ok(envelope.for_model())
                 }
             }
         })

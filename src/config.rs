@@ -1,4 +1,4 @@
-//! The TOML configuration (SPEC section 9).
+//! The TOML configuration.
 //!
 //! Looked up as `--config FILE`, else `./toolsearch.toml` if present, else built-in defaults.
 //! A wrong type or an unknown key is an error that names the key by its dotted path
@@ -10,7 +10,7 @@
 //! [tools]
 //! toolSearch = true          # or false (direct), or a table:
 //! # [tools.toolSearch]
-//! # mode = "code"            # "code" | "tools" | "directory"; anything else is "code"
+//! # mode = "code"            # "code" | "tools" | "directory" | "auto"; anything else is "code"
 //! # codeTimeoutMs = 10000    # clamped to 1000..60000
 //! # searchDefaultLimit = 8   # clamped to 1..maxSearchLimit
 //! # maxSearchLimit = 20      # clamped to 1..50
@@ -63,9 +63,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::policy::Toolset;
+use crate::ids::safe_name;
 
-/// Which surface the model gets (SPEC section 1).
+/// Which surface the model gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -144,10 +144,17 @@ impl Default for ToolSearchSettings {
     }
 }
 
-/// Bounds of SPEC section 9.
+/// Bounds of the configured values; out-of-range values are clamped into them.
 pub mod bounds {
     pub const CODE_TIMEOUT_MS: (u64, u64) = (1_000, 60_000);
     pub const MAX_SEARCH_LIMIT: (usize, usize) = (1, 50);
+}
+
+/// A named group of tool patterns, with aliases (`[toolsets.NAME]` in the config).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Toolset {
+    pub patterns: Vec<String>,
+    pub aliases: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -237,8 +244,11 @@ fn default_provider_kind() -> String {
 fn default_base_url() -> String {
     "http://127.0.0.1:8787/v1".into()
 }
+/// `[provider] model` when none is configured.
+pub const DEFAULT_MODEL: &str = "toolsearch-model";
+
 fn default_model() -> String {
-    "toolsearch-model".into()
+    DEFAULT_MODEL.into()
 }
 fn default_provider_timeout() -> u64 {
     60_000
@@ -487,7 +497,7 @@ fn mcp_config(raw: RawMcpConfig, base: &Path) -> std::result::Result<McpConfig, 
         if !s.enabled {
             continue;
         }
-        let name = crate::catalog::safe_name(&key);
+        let name = safe_name(&key);
         if let Some(other) = servers.get(&name) {
             return Err(format!(
                 "{at}: its safe name `{name}` is also the safe name of mcp.servers.{}; rename one",
@@ -792,17 +802,19 @@ fn one_line(e: &toml::de::Error) -> String {
 
 fn clamp_tool_search(raw: RawToolSearch) -> ToolSearchSettings {
     let defaults = ToolSearchSettings::default();
+    // `direct` is not a tool-search mode (it is tool search off): `--mode direct` or a
+    // per-agent or per-provider mode gives it.
     let mode = match raw.mode.as_deref() {
-        None | Some("code") => Mode::Code,
-        Some("tools") => Mode::Tools,
-        Some("directory") => Mode::Directory,
-        Some("auto") => Mode::Auto,
-        Some(other) => {
-            tracing::warn!(
-                "tools.toolSearch.mode = {other:?} is not one of code, tools, directory, auto; using code"
-            );
-            Mode::Code
-        }
+        None => Mode::Code,
+        Some(s) => match Mode::parse(s) {
+            Some(m) if m != Mode::Direct => m,
+            _ => {
+                tracing::warn!(
+                    "tools.toolSearch.mode = {s:?} is not one of code, tools, directory, auto; using code"
+                );
+                Mode::Code
+            }
+        },
     };
     let code_timeout_ms = clamp(
         "tools.toolSearch.codeTimeoutMs",

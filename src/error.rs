@@ -7,6 +7,19 @@
 
 use std::path::PathBuf;
 
+/// How an error message names the type of a JSON value that has the wrong one.
+pub fn json_type_name(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -84,6 +97,9 @@ pub enum Error {
     #[error("code mode is unavailable: {0}")]
     Unavailable(String),
 
+    /// A server could not bind its address (in use, not permitted, not an address).
+    #[error("cannot listen on {addr}: {message}")]
+    Listen { addr: String, message: String },
     /// `mcp serve` could not serve (the transport failed).
     #[error("mcp serve: {0}")]
     Serve(String),
@@ -170,6 +186,7 @@ impl Error {
             Error::InvalidArguments { .. } => "invalid-arguments",
             Error::BadSchema { .. } => "bad-schema",
             Error::Unavailable(_) => "unavailable",
+            Error::Listen { .. } => "cannot-listen",
             Error::Serve(_) => "serve-error",
             Error::NameCollision { .. } => "name-collision",
             Error::Provider(_) => "provider-error",
@@ -180,7 +197,7 @@ impl Error {
         }
     }
 
-    /// The process exit code of SPEC section 3: 1 when a tool lookup or call was refused,
+    /// The process exit code (the CLI documents them): 1 when a tool lookup or call was refused,
     /// 2 for bad usage, configuration or catalog.
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -191,6 +208,7 @@ impl Error {
             | Error::BadSchema { .. }
             | Error::Unavailable(_)
             | Error::Serve(_)
+            | Error::Listen { .. }
             | Error::Provider(_)
             | Error::RoundLimit(_) => 1,
             Error::BadCatalog { .. }

@@ -1,11 +1,11 @@
-//! Retrieval evaluation (SPEC section 12): how well search finds the right tool.
+//! Retrieval evaluation: how well search finds the right tool.
 //!
 //! Reads a data set (`catalog.jsonl`: `id, name, description, input_schema, server?`;
 //! `queries.jsonl`: `qid, query, gold, gold_any_of?`), indexes the catalog with exactly the
 //! production index and ranking ([`crate::catalog::index_doc`], [`SearchIndex`]), runs every
 //! query and reports recall@k, nDCG@5/10, MRR and search latency.
 //!
-//! Choices where SPEC is silent:
+//! Choices made here:
 //! - Data-set tools are indexed as trusted (`openclaw`) tools, source name = `server` or
 //!   `dataset`, so their parameter text counts as it does for the agent's own tools.
 //! - Relevance units: each `gold_any_of` group is one unit (hit by any member); each gold

@@ -4,20 +4,39 @@
 //! search, describe and call; the model gets one sandboxed code tool (or three structured
 //! ones) instead of every schema.
 //!
-//! The data flows one way, and the modules follow it:
-//! [`config`] -> [`catalog`] (load, plan, compact) -> [`search`] (index, rank) -> [`eval`]
-//! (retrieval quality). [`policy`] decides which tools exist at all; it is applied while the
-//! catalog is planned, so nothing downstream can see a filtered tool.
+//! Dependencies flow one way, from the fronts down to plain data (`tests/architecture.rs`
+//! fails on a cycle). Bottom to top:
+//!
+//! - leaves: [`error`], [`ids`] (sources, tool ids, what policy matches a tool by),
+//!   [`signals`]; [`config`], the TOML as plain data;
+//! - [`search`] (the tantivy index and the ranking) and [`policy`] (which tools exist, which
+//!   need approval, the hooks), both over config types and names, never over the catalog;
+//! - [`catalog`]: load, plan (policy applied, so nothing above sees a filtered tool),
+//!   compact, index; [`catalog::Sources`] with the upstream servers behind a trait;
+//! - what runs and records a call: [`executors`], [`telemetry`]; then [`dispatch`], the one
+//!   path every call of every front takes; [`texts`], the words a model reads;
+//! - [`sandbox`] (the Node child, its barriers and protocol) and [`code`] (a run's bridge to
+//!   dispatch); [`surface`] and [`provider`] (what a request declares and its bytes);
+//!   [`mcp`], the client of upstream MCP servers;
+//! - [`agent`]: a model's tool calls routed to control tools, catalog tools or the client;
+//! - [`host`]: the config, catalog, mode, sandbox, spares and shutdown every front shares;
+//! - the fronts: [`commands`] (the CLI's, with [`report`]), [`gateway`], [`mcp_serve`],
+//!   [`qa`]; [`eval`] and [`synth`] for retrieval quality.
 
+pub mod agent;
 pub mod catalog;
 pub mod code;
+pub mod commands;
 pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod eval;
 pub mod executors;
 pub mod gateway;
+pub mod host;
+pub mod ids;
 pub mod mcp;
+pub mod mcp_serve;
 pub mod policy;
 pub mod provider;
 pub mod qa;

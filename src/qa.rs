@@ -1,5 +1,4 @@
-//! `toolsearch qa tool-search-gateway-e2e`: the end-to-end payload comparison (SPEC section
-//! 11), over real HTTP with real child processes.
+//! `toolsearch qa tool-search-gateway-e2e`: the end-to-end payload comparison, over real HTTP with real child processes.
 //!
 //! It writes a temporary fake plugin (tools taking a required `marker` and answering
 //! `FAKE_PLUGIN_OK <name> <input>`), starts the mock provider, then the gateway once per

@@ -3,9 +3,75 @@
 
 use std::fmt::Write;
 
-use crate::catalog::{BatchResult, Catalog, CompactDescriptor, Description};
+use serde::Serialize;
+
+use crate::catalog::{
+    BatchResult, Catalog, CompactDescriptor, Counts, Description, HiddenTool, Notice,
+};
 use crate::config::Mode;
 use crate::eval::{Metrics, Report};
+use crate::mcp::upstream::ServerStatus;
+use crate::sandbox::CodeModeStatus;
+
+/// `catalog --json`: the effective catalog in the mode it is used in.
+#[derive(Serialize)]
+pub struct CatalogJson<'a> {
+    mode: &'static str,
+    counts: Counts,
+    cataloged: Vec<&'a CompactDescriptor>,
+    direct_only: Vec<&'a CompactDescriptor>,
+    hidden: &'a [HiddenTool],
+    notices: &'a [Notice],
+    filtered: usize,
+}
+
+impl<'a> CatalogJson<'a> {
+    pub fn of(c: &'a Catalog, mode: Mode) -> Self {
+        CatalogJson {
+            mode: mode.as_str(),
+            counts: c.counts(),
+            cataloged: c.cataloged().iter().map(|e| &e.compact).collect(),
+            direct_only: c.direct_only().iter().map(|e| &e.compact).collect(),
+            hidden: c.hidden(),
+            notices: c.notices(),
+            filtered: c.filtered(),
+        }
+    }
+}
+
+/// `catalog`: [`catalog`], then whether code mode can run (when the mode is code) and the
+/// upstream servers.
+pub fn catalog_with_status(
+    c: &Catalog,
+    mode: Mode,
+    code_mode: Option<&CodeModeStatus>,
+    servers: &[ServerStatus],
+) -> String {
+    let mut text = catalog(c, mode);
+    match code_mode {
+        Some(s) if s.available => {
+            if let Some(n) = &s.node {
+                let _ = write!(
+                    text,
+                    "\ncode mode: node {} at {} ({})\n",
+                    n.version,
+                    n.path.display(),
+                    n.permission_flag
+                );
+            }
+        }
+        Some(s) => {
+            let _ = write!(
+                text,
+                "\ncode mode unavailable ({}); falling back to tools mode\n",
+                s.reason.as_deref().unwrap_or("unknown reason")
+            );
+        }
+        None => {}
+    }
+    text.push_str(&mcp_servers(servers));
+    text
+}
 
 pub fn catalog(c: &Catalog, mode: Mode) -> String {
     let counts = c.counts();
@@ -291,7 +357,7 @@ pub fn surface(p: &crate::surface::Planned) -> String {
 }
 
 /// The upstream MCP servers, one line each (nothing when none is configured).
-pub fn mcp_servers(servers: &[crate::mcp::upstream::ServerStatus]) -> String {
+pub fn mcp_servers(servers: &[ServerStatus]) -> String {
     let mut out = String::new();
     if servers.is_empty() {
         return out;

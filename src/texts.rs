@@ -22,13 +22,17 @@ Calls start only when awaited. `return` a JSON value. You get `{{ok, value, logs
 pub const TOOL_SEARCH_CODE_PARAM: &str =
     "The body of an async JavaScript function: use `await` and `return` a JSON value.";
 
+/// `tool_search`'s description. The batch bounds are the catalog's own constants, so a changed
+/// limit changes what the model is told.
 pub fn tool_search(default_limit: usize, max_limit: usize) -> String {
+    use crate::catalog::batch_limits::{MAX_QUERIES, MAX_QUERY_BYTES, MAX_TOTAL_RESULTS};
     format!(
         "Search the tool catalog. Matching is lexical and in English: use the words a tool's description \
 would use. One search: `query`, and `limit` (default {default_limit}, at most {max_limit}). Several \
-independent searches at once: `queries: [{{query, limit?}}]` (up to 16, each at most 512 bytes, at most \
-50 results in all); results come grouped in request order. Returns compact tools `{{id, name, \
-description, input}}`, best first. Then `tool_describe` for a full schema, `tool_call` to run one."
+independent searches at once: `queries: [{{query, limit?}}]` (up to {MAX_QUERIES}, each at most \
+{MAX_QUERY_BYTES} bytes, at most {MAX_TOTAL_RESULTS} results in all); results come grouped in request \
+order. Returns compact tools `{{id, name, description, input}}`, best first. Then `tool_describe` for a \
+full schema, `tool_call` to run one."
     )
 }
 

@@ -1,4 +1,4 @@
-//! Integration tests of the `toolsearch` command line (SPEC sections 3, 4 and 9).
+//! Integration tests of the `toolsearch` command line.
 //!
 //! Every command runs in its own temporary folder (`current_dir`), with the environment
 //! variables the catalogs read removed, so that neither the machine nor a stray
@@ -23,7 +23,7 @@ const SCRUBBED_ENV: &[&str] = &[
     "GITHUB_ADMIN_TOKEN",
 ];
 
-/// The keys of a compact descriptor (SPEC section 4).
+/// The keys of a compact descriptor.
 const COMPACT_KEYS: &[&str] = &[
     "id",
     "source",

@@ -374,7 +374,7 @@ fn demo_call_by_id_creates_the_issue() {
         0,
     );
     assert_eq!(text(&v), r#"Created issue #128 "Crash on start""#);
-    assert_eq!(v["call_id"], "tool_search_code:direct:create_issue:1");
+    assert_eq!(v["call_id"], "cli:direct:create_issue:1");
     assert_eq!(v["tool"]["id"], "openclaw:github:create_issue");
     assert_eq!(v["tool"]["source"], "openclaw");
     assert_eq!(v["tool"]["source_name"], "github");
@@ -401,7 +401,7 @@ fn demo_call_by_exact_name() {
     );
     assert_eq!(v["tool"]["id"], "openclaw:github:create_issue");
     assert_eq!(text(&v), r#"Created issue #128 "Crash on start""#);
-    assert_eq!(v["call_id"], "tool_search_code:direct:create_issue:1");
+    assert_eq!(v["call_id"], "cli:direct:create_issue:1");
 }
 
 #[test]
@@ -456,9 +456,8 @@ fn demo_call_without_json_prints_the_result_as_text() {
         .args(["call", "create_issue", r#"{"title": "Plain"}"#]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stdout.starts_with(
-            "openclaw:github:create_issue (ok, tool_search_code:direct:create_issue:1)\n"
-        ),
+        out.stdout
+            .starts_with("openclaw:github:create_issue (ok, cli:direct:create_issue:1)\n"),
         "{}",
         out.stdout
     );
@@ -478,7 +477,7 @@ fn a_positive_control_the_record_tool_runs_and_echoes_its_arguments() {
     let sb = Sandbox::new();
     let v = envelope(&mut sb.call(None, "record", Some(TITLE_X)), 0);
     assert_eq!(v["tool"]["id"], "openclaw:core:record");
-    assert_eq!(v["call_id"], "tool_search_code:direct:record:1");
+    assert_eq!(v["call_id"], "cli:direct:record:1");
     assert_eq!(text(&v), TITLE_X);
     sb.assert_ran_with(TITLE_X);
 }
@@ -715,14 +714,14 @@ fn approval_needed_and_not_given_blocks() {
         "says how: {reason}"
     );
     assert_eq!(v["tool"]["id"], "openclaw:core:record");
-    assert_eq!(v["call_id"], "tool_search_code:direct:record:1");
+    assert_eq!(v["call_id"], "cli:direct:record:1");
     sb.assert_not_run();
 
     let approvals = sb.events("approval");
     assert_eq!(approvals.len(), 1, "{approvals:?}");
     assert_eq!(approvals[0]["decision"], "deny");
     assert_eq!(approvals[0]["id"], "openclaw:core:record");
-    assert_eq!(approvals[0]["call_id"], "tool_search_code:direct:record:1");
+    assert_eq!(approvals[0]["call_id"], "cli:direct:record:1");
     let blocked = sb.events("blocked");
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     assert_eq!(blocked[0]["by"], "approval");
@@ -884,7 +883,7 @@ fn before_hook_receives_the_event_on_stdin() {
     assert_eq!(event["event"], "before_tool_call");
     assert_eq!(event["session"], SESSION);
     assert_eq!(event["call_id"], v["call_id"]);
-    assert_eq!(event["call_id"], "tool_search_code:direct:record:1");
+    assert_eq!(event["call_id"], "cli:direct:record:1");
     assert_eq!(
         event["tool"],
         json!({"id": "openclaw:core:record", "name": "record", "source": "openclaw", "source_name": "core"})
@@ -1725,7 +1724,7 @@ fn one_session_key_appends_to_one_file() {
     assert_eq!(log[1]["id"], "openclaw:core:record");
     assert_eq!(log[3]["id"], "openclaw:core:json_out");
     // Each run numbers its own calls from 1.
-    assert_eq!(log[3]["call_id"], "tool_search_code:direct:json_out:1");
+    assert_eq!(log[3]["call_id"], "cli:direct:json_out:1");
 }
 
 #[test]

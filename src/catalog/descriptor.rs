@@ -6,6 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::ids::{Source, ToolKey, safe_name, tool_id};
+
 /// A JSON Schema, held as compact JSON text.
 ///
 /// A catalog of 10,000 tools holds 10,000 schemas; as `serde_json::Value` trees they took
@@ -40,38 +42,6 @@ impl fmt::Debug for Schema {
 impl Serialize for Schema {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.value().serialize(serializer)
-    }
-}
-
-/// Where a tool comes from. The source decides trust: only `openclaw` tools (core and
-/// plugins, shipped with the agent) have their parameter text indexed and their argument
-/// signature shown; MCP servers and clients are third parties whose schemas are shown only
-/// on `describe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    Openclaw,
-    Mcp,
-    Client,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Openclaw => "openclaw",
-            Source::Mcp => "mcp",
-            Source::Client => "client",
-        }
-    }
-
-    pub fn is_trusted(self) -> bool {
-        self == Source::Openclaw
-    }
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -159,61 +129,27 @@ pub struct ToolDescriptor {
     pub origin: String,
 }
 
-impl ToolDescriptor {
-    /// `{source}:{source_name}:{name}`.
-    pub fn id(&self) -> String {
-        tool_id(self.source, &self.source_name, &self.name)
+impl ToolKey for ToolDescriptor {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn id(&self) -> String {
+        ToolDescriptor::id(self)
     }
 }
 
-pub fn tool_id(source: Source, source_name: &str, name: &str) -> String {
-    format!("{source}:{source_name}:{name}")
-}
-
-/// The name a server or plugin id takes inside ids: lowercase ASCII letters, digits, `_`
-/// and `-`; anything else becomes `_`. Keeps `:` (the id separator) out of source names.
-pub fn safe_name(raw: &str) -> String {
-    let cleaned: String = raw
-        .trim()
-        .chars()
-        .map(|c| {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if cleaned.is_empty() {
-        "unnamed".to_string()
-    } else {
-        cleaned
+impl ToolDescriptor {
+    /// `{source}:{source_name}:{name}`; the same as [`ToolKey::id`], callable without the
+    /// trait in scope.
+    pub fn id(&self) -> String {
+        tool_id(self.source, &self.source_name, &self.name)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_join_source_source_name_and_name() {
-        assert_eq!(
-            tool_id(Source::Openclaw, "github", "create_issue"),
-            "openclaw:github:create_issue"
-        );
-        assert_eq!(
-            tool_id(Source::Client, "client", "pick_file"),
-            "client:client:pick_file"
-        );
-    }
-
-    #[test]
-    fn safe_names_drop_separators() {
-        assert_eq!(safe_name("My Server:v2"), "my_server_v2");
-        assert_eq!(safe_name("  "), "unnamed");
-        assert_eq!(safe_name("calendar-pro"), "calendar-pro");
-    }
 
     #[test]
     fn availability_parses_composed_signals() {

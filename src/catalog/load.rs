@@ -1,4 +1,4 @@
-//! Reading catalog files in every format SPEC section 4 names.
+//! Reading catalog files in every format README's "Catalog files" names.
 //!
 //! | shape | recognised by | source |
 //! |---|---|---|
@@ -25,7 +25,7 @@ use super::descriptor::{
     Availability, CatalogMode, ExecutionMode, ExecutorSpec, Schema, Source, ToolDescriptor,
     safe_name,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, json_type_name};
 
 /// Bounds on what one descriptor may hold. Past these a file is refused, not trimmed: a
 /// 400 KB description or a schema nested 64 deep is a broken or hostile file, and trimming
@@ -460,7 +460,7 @@ fn empty_object_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {}})
 }
 
-/// Our own descriptor format (SPEC section 4). Strict: an unknown key is an error.
+/// Our own descriptor format (README, "Catalog files"). Strict: an unknown key is an error.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDescriptor {
@@ -685,17 +685,6 @@ fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<Schema, Lo
         ));
     }
     Ok(compact)
-}
-
-pub(crate) fn json_type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Nesting depth of a JSON value, counted without recursion so that no input can

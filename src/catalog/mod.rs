@@ -15,6 +15,7 @@ pub mod descriptor;
 pub mod embedded;
 pub mod load;
 pub mod plan;
+pub mod sources;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,13 +28,14 @@ pub use descriptor::{
     safe_name, tool_id,
 };
 pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
+pub use sources::{Sources, Upstream};
 
 use crate::config::{Config, ToolSearchSettings};
 use crate::error::{Error, Result};
 use crate::policy::{Policy, Toolsets};
 use crate::search::{IndexDoc, SearchIndex};
 
-/// Batch search bounds (SPEC section 6).
+/// Batch search bounds (README, "One call path").
 pub mod batch_limits {
     pub const MAX_QUERIES: usize = 16;
     pub const MAX_QUERY_BYTES: usize = 512;

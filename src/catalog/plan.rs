@@ -1,5 +1,5 @@
 //! The registry merge and the planner: from every loaded descriptor to the visible,
-//! direct-only and hidden sets, checking the contract of SPEC section 4.
+//! direct-only and hidden sets, checking the contract README's "The planner" states.
 //!
 //! Order of work, each step on the output of the one before:
 //! 1. **Contract: duplicates.** Two descriptors of one source (`source:source_name`) with

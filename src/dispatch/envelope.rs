@@ -52,12 +52,20 @@ impl ToolResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Envelope {
     pub tool: CompactDescriptor,
-    /// `tool_search_code:{parent or "direct"}:{name}:{n}`.
+    /// `{caller}:{parent or "direct"}:{name}:{n}`: who called, from which run.
     pub call_id: String,
     pub result: ToolResult,
     /// An after hook asked the agent loop to stop after this batch.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stop_after_batch: bool,
+}
+
+impl Envelope {
+    /// What a model reads of a call, from every front: the tool and its result (not the
+    /// call id or the hooks' flags, which are the host's).
+    pub fn for_model(&self) -> Value {
+        json!({"tool": self.tool, "result": self.result})
+    }
 }
 
 /// Cuts `text` to at most `max` bytes on a char boundary, saying how much was cut.

@@ -24,7 +24,9 @@ mod validate;
 pub use validate::check_declared;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -323,14 +325,18 @@ impl Dispatcher {
                 return Err(e);
             }
         };
-        let call_id = self.next_call_id(request.parent.as_deref(), &entry.descriptor.name);
+        let call_id = self.next_call_id(
+            request.caller,
+            request.parent.as_deref(),
+            &entry.descriptor.name,
+        );
         let mut args = std::mem::take(&mut request.args);
         if let Err(e) = self.validators.check(entry, &args) {
             self.log_call(entry, &call_id, &request, e.code(), started, None);
             return Err(e);
         }
 
-        if let Some((rule, timeout)) = self.approvals.required(entry) {
+        if let Some((rule, timeout)) = self.approvals.required(&entry.descriptor) {
             let ask = ApprovalRequest {
                 id: entry.id.clone(),
                 name: entry.descriptor.name.clone(),
@@ -538,18 +544,18 @@ impl Dispatcher {
         }
     }
 
-    /// `tool_search_code:{parent or "direct"}:{name}:{n}`, n counting from 1 per parent.
-    fn next_call_id(&self, parent: Option<&str>, name: &str) -> String {
+    /// `{caller}:{parent or "direct"}:{name}:{n}` (`cli:direct:create_issue:1`,
+    /// `code:run-3:create_issue:2`), n counting from 1 per parent, so an id says who called
+    /// and from which run, and is unique in the session.
+    fn next_call_id(&self, caller: &str, parent: Option<&str>, name: &str) -> String {
         let parent = parent.unwrap_or("direct");
-        let n = match self.sequence.lock() {
-            Ok(mut seq) => {
-                let n = seq.entry(parent.to_string()).or_insert(0);
-                *n += 1;
-                *n
-            }
-            Err(_) => 0,
+        let n = {
+            let mut seq = self.sequence.lock();
+            let n = seq.entry(parent.to_string()).or_insert(0);
+            *n += 1;
+            *n
         };
-        format!("tool_search_code:{parent}:{name}:{n}")
+        format!("{caller}:{parent}:{name}:{n}")
     }
 }
 

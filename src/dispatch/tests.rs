@@ -125,7 +125,7 @@ async fn a_fixture_call_returns_the_envelope() {
         .await
         .unwrap();
     assert_eq!(e.tool.id, "openclaw:github:create_issue");
-    assert_eq!(e.call_id, "tool_search_code:direct:create_issue:1");
+    assert_eq!(e.call_id, "test:direct:create_issue:1");
     assert_eq!(
         e.result.text(),
         r#"FAKE_PLUGIN_OK create_issue {"title":"Crash"}"#
@@ -139,11 +139,11 @@ async fn a_fixture_call_returns_the_envelope() {
         .call(call("create_issue", json!({"title": "Again"})))
         .await
         .unwrap();
-    assert_eq!(second.call_id, "tool_search_code:direct:create_issue:2");
+    assert_eq!(second.call_id, "test:direct:create_issue:2");
     let mut nested = call("create_issue", json!({"title": "x"}));
     nested.parent = Some("run-7".into());
     let nested = d.call(nested).await.unwrap();
-    assert_eq!(nested.call_id, "tool_search_code:run-7:create_issue:1");
+    assert_eq!(nested.call_id, "test:run-7:create_issue:1");
     assert_eq!(d.counters().executed_count, 3);
 }
 

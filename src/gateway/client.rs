@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::agent::{Message, Model, ModelFuture, ModelReply, ModelRequest};
+use crate::agent::{Message, Model, ModelFuture, ModelReply, ModelRequest};
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{StreamAssembler, parse_sse, tool_calls};
 use crate::provider::payload::tools_part;

@@ -196,7 +196,7 @@ impl Scenario {
                 if !call.arguments.is_object() {
                     return Err(bad(format!(
                         "`steps[{i}].reply.tool_calls[{j}].arguments` must be a JSON object, not {}",
-                        crate::catalog::load::json_type_name(&call.arguments)
+                        crate::error::json_type_name(&call.arguments)
                     )));
                 }
             }

@@ -1,8 +1,7 @@
-//! The agent loop ([`agent`]): the surface and the conversation to the model, tool calls
-//! through the one dispatch path, results back, until the turn ends. The HTTP gateway and
-//! the mock provider build on it.
+//! The HTTP fronts of a model: [`server`], the gateway (`POST /v1/responses` runs one
+//! [`crate::agent`] turn against the configured provider), [`client`], the HTTP client of that
+//! provider, and [`mock`], a scripted provider for QA and tests.
 
-pub mod agent;
 pub mod client;
 pub mod mock;
 pub mod server;

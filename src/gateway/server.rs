@@ -11,7 +11,6 @@
 //! stops accepting, aborts turns in flight, and exits with no sandbox child left.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +24,11 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::{Agent, Message, Model};
+use crate::agent::{Agent, Message, Model};
 use crate::catalog::{Catalog, ExecutorSpec, ToolDescriptor};
-use crate::config::{Config, Mode};
+use crate::config::Mode;
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
-use crate::mcp::Sources;
+use crate::host::Host;
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
@@ -40,11 +39,9 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// What the gateway runs with.
 pub struct Gateway {
-    pub config: Config,
-    /// What catalogs are built from (client tools join them per request).
-    sources: Arc<Sources>,
-    /// The configured catalog as it follows the upstream MCP servers.
-    catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
+    /// The config, the catalog as it follows the upstream servers, what catalogs are built
+    /// from (client tools join them per request), the executors and the state directory.
+    host: Arc<Host>,
     pub mode: Mode,
     pub sandbox: Option<Arc<Sandbox>>,
     /// Spare children of `sandbox` (`[sandbox] spares`), started with the server.
@@ -52,7 +49,6 @@ pub struct Gateway {
     pub code_unavailable: Option<String>,
     pub model: Arc<dyn Model>,
     pub provider: Provider,
-    pub state_dir: PathBuf,
     sessions: AsyncMutex<HashMap<String, Arc<Session>>>,
     shutdown: CancellationToken,
     counter: std::sync::atomic::AtomicU64,
@@ -63,25 +59,25 @@ struct Session {
     history: AsyncMutex<Vec<Message>>,
 }
 
-/// The accepted request fields. `model`, `max_output_tokens` and `temperature` are accepted
-/// (clients send them) but not forwarded: the configured provider and model decide.
+/// The accepted request fields. `model`, `max_output_tokens`, `temperature` and `stream:
+/// false` are accepted (clients send them) but not forwarded: the configured provider and
+/// model decide. Their fields are named `_...`: read by serde, by nothing else.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct TurnRequest {
-    #[serde(default)]
-    model: Option<String>,
+    #[serde(default, rename = "model")]
+    _model: Option<String>,
     input: Value,
     #[serde(default)]
     instructions: Option<String>,
     #[serde(default)]
     tools: Vec<Value>,
-    #[serde(default)]
-    max_output_tokens: Option<u64>,
+    #[serde(default, rename = "max_output_tokens")]
+    _max_output_tokens: Option<u64>,
     #[serde(default)]
     metadata: Option<Metadata>,
-    #[serde(default)]
-    temperature: Option<f64>,
+    #[serde(default, rename = "temperature")]
+    _temperature: Option<f64>,
     #[serde(default)]
     stream: Option<bool>,
 }
@@ -101,38 +97,56 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 impl Gateway {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Config,
-        sources: Arc<Sources>,
-        catalog: tokio::sync::watch::Receiver<Arc<Catalog>>,
-        mode: Mode,
-        sandbox: Option<Arc<Sandbox>>,
-        code_unavailable: Option<String>,
-        model: Arc<dyn Model>,
-        provider: Provider,
-        state_dir: PathBuf,
-    ) -> Arc<Self> {
+    /// A gateway on `host` answering with `model`, whose requests are shaped for `provider`.
+    /// The mode is the host's for that provider; code mode runs only if the host can.
+    pub fn new(host: Arc<Host>, model: Arc<dyn Model>, provider: Provider) -> Arc<Self> {
+        let mode = host.mode(Some(provider.as_str()));
+        let (sandbox, code_unavailable) = match host.sandbox(mode) {
+            Ok(s) => (s, None),
+            Err(e) => (None, Some(e)),
+        };
         Arc::new(Gateway {
-            config,
-            sources,
-            catalog,
+            host,
             mode,
             sandbox,
             spares: std::sync::OnceLock::new(),
             code_unavailable,
             model,
             provider,
-            state_dir,
             sessions: AsyncMutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             counter: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
+    /// The gateway of `host` and its configured `[provider]`, served on `listener` until
+    /// `stop` resolves; then the upstream servers are stopped too.
+    pub async fn run(
+        host: Arc<Host>,
+        listener: tokio::net::TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> crate::error::Result<()> {
+        let config = &host.config;
+        let provider = Provider::parse(&config.provider.kind)?;
+        let model = super::client::HttpModel::new(&config.provider).map_err(|message| {
+            crate::error::Error::BadConfig {
+                file: config.file.clone().unwrap_or_else(|| "(defaults)".into()),
+                message,
+            }
+        })?;
+        let gateway = Gateway::new(Arc::clone(&host), Arc::new(model), provider);
+        gateway.stop_on(stop);
+        let served = gateway
+            .serve(listener)
+            .await
+            .map_err(|e| crate::error::Error::Serve(format!("gateway: {e}")));
+        host.stop().await;
+        served
+    }
+
     /// The configured catalog now.
     pub fn catalog(&self) -> Arc<Catalog> {
-        Arc::clone(&self.catalog.borrow())
+        self.host.catalog()
     }
 
     pub fn router(self: &Arc<Self>) -> axum::Router {
@@ -148,14 +162,7 @@ impl Gateway {
         // Spares need the runtime, so they start here; they die with the pool.
         let _ = self
             .spares
-            .set(match (&self.sandbox, self.config.sandbox.spares) {
-                (Some(sandbox), n) if n > 0 => Some(SparePool::start(
-                    Arc::clone(sandbox),
-                    crate::sandbox::spares::Sizing::of(&self.config.sandbox),
-                    Duration::from_millis(self.catalog().settings().code_timeout_ms),
-                )),
-                _ => None,
-            });
+            .set(self.sandbox.as_ref().and_then(|s| self.host.spares(s)));
         let stop = self.shutdown.clone();
         let served = axum::serve(listener, self.router())
             .with_graceful_shutdown(async move { stop.cancelled().await })
@@ -192,11 +199,12 @@ impl Gateway {
         if let Some(s) = sessions.get(key) {
             return Ok(Arc::clone(s));
         }
-        let log = Arc::new(SessionLog::open(&self.state_dir, key).map_err(|e| e.to_string())?);
-        let dispatcher = DispatcherBuilder::live(self.catalog.clone())
-            .config(&self.config)
+        let log =
+            Arc::new(SessionLog::open(&self.host.state_dir(), key).map_err(|e| e.to_string())?);
+        let dispatcher = DispatcherBuilder::live(self.host.live())
+            .config(&self.host.config)
             .map_err(|e| e.to_string())?
-            .executors(self.sources.executors())
+            .executors(self.host.executors())
             .session_log(log)
             .build();
         let s = Arc::new(Session {
@@ -252,11 +260,6 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
     };
-    let _ = (
-        &request.model,
-        request.max_output_tokens,
-        request.temperature,
-    );
     if request.stream == Some(true) {
         return error(
             StatusCode::BAD_REQUEST,
@@ -298,35 +301,27 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
             Ok(t) => t,
             Err(e) => return error(StatusCode::BAD_REQUEST, e),
         };
-        let catalog = match gw.sources.build_with(extra) {
+        let catalog = match gw.host.sources().build_with(extra) {
             Ok(c) => Arc::new(c),
             Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         };
-        let dispatcher = match DispatcherBuilder::new(Arc::clone(&catalog)).config(&gw.config) {
-            Ok(b) => b.executors(gw.sources.executors()).session_log(Arc::new(
-                SessionLog::open(&gw.state_dir, &key)
+        let dispatcher = match DispatcherBuilder::new(Arc::clone(&catalog)).config(&gw.host.config)
+        {
+            Ok(b) => b.executors(gw.host.executors()).session_log(Arc::new(
+                SessionLog::open(&gw.host.state_dir(), &key)
                     .unwrap_or_else(|_| SessionLog::disabled(&key)),
             )),
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         (catalog, Arc::new(dispatcher.build()))
     };
-    let options = surface::Options {
-        mode: gw.mode,
-        code_available: match &gw.code_unavailable {
-            Some(r) => Err(r.clone()),
-            None => Ok(()),
-        },
-        prompt: &prompt,
-        context_window: gw.config.surface.context_window,
-        likely: gw
-            .config
-            .surface
-            .likely_schemas
-            .unwrap_or(surface::LIKELY_DEFAULT),
-        required: &gw.config.surface.required,
-        code_timeout_ms: catalog.settings().code_timeout_ms,
+    let code_available = match &gw.code_unavailable {
+        Some(r) => Err(r.clone()),
+        None => Ok(()),
     };
+    let options = gw
+        .host
+        .surface_options(&catalog, gw.mode, code_available, &prompt);
     let planned = match surface::plan_request(
         &catalog,
         &options,
@@ -337,23 +332,16 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    dispatcher.log().event(
-        "request",
-        json!({
-            "summary": planned.summary,
-            "reasons": planned.surface.reasons,
-            "visible_schemas": planned.surface.visible_schemas(),
-            "declared": planned.surface.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
-            "catalog": catalog.counts(),
-        }),
-    );
+    dispatcher
+        .log()
+        .event("request", planned.log_event(&catalog));
     let agent = Arc::new(
         Agent::new(
             Arc::clone(&dispatcher),
             planned.surface.clone(),
             gw.sandbox.clone(),
             Duration::from_millis(catalog.settings().code_timeout_ms),
-            gw.config.provider.max_rounds,
+            gw.host.config.provider.max_rounds,
         )
         .with_client_passthrough()
         .with_spares(gw.spares.get().cloned().flatten()),

@@ -554,7 +554,7 @@ impl Upstream {
                 return ToolOutput::error(
                     format!(
                         "MCP tools take an object of arguments, not {}",
-                        crate::catalog::load::json_type_name(other)
+                        crate::error::json_type_name(other)
                     ),
                     details("invalid-arguments"),
                 );

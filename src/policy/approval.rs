@@ -16,9 +16,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::pattern::{PatternSet, Toolsets};
-use crate::catalog::Entry;
 use crate::config::ApprovalConfig;
 use crate::error::Result;
+use crate::ids::ToolKey;
 
 /// Used when a rule gives no `timeout_ms`.
 pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 60_000;
@@ -66,11 +66,11 @@ impl Approvals {
         Ok(Approvals { rules })
     }
 
-    /// The first rule that needs approval for `entry`: its text and timeout.
-    pub fn required(&self, entry: &Entry) -> Option<(&str, Duration)> {
+    /// The first rule that needs approval for `tool`: its text and timeout.
+    pub fn required(&self, tool: &impl ToolKey) -> Option<(&str, Duration)> {
         self.rules
             .iter()
-            .find(|(set, _, _)| set.matches(&entry.descriptor))
+            .find(|(set, _, _)| set.matches(tool))
             .map(|(_, timeout, text)| (text.as_str(), *timeout))
     }
 }

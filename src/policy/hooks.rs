@@ -156,7 +156,7 @@ impl CommandHook {
             }
             Ok(other) => Err(not_a_decision(format!(
                 "expected a JSON object, got {}",
-                crate::catalog::load::json_type_name(&other)
+                crate::error::json_type_name(&other)
             ))),
             Err(e) => Err(not_a_decision(e.to_string())),
         }

@@ -7,19 +7,17 @@
 //! allow. A tool outside the effective policy is removed before the catalog is indexed, so
 //! search cannot return it and describe and call say it is unknown (fail closed).
 //!
-//! This module decides; it never runs tools and never reads the index.
+//! This module decides; it never runs a tool (hooks run the configured hook programs, which
+//! only answer allow, deny or rewrite) and never reads the index.
 
 pub mod approval;
 pub mod hooks;
 pub mod pattern;
 
-use crate::catalog::ToolDescriptor;
 use crate::config::{Config, PolicyLevel};
 use crate::error::Result;
-pub use pattern::{PatternSet, Toolset, Toolsets};
-
-/// The names of the policy levels, in the order they are reported.
-pub const LEVELS: [&str; 5] = ["agent", "profile", "sandbox", "session", "channel"];
+use crate::ids::ToolKey;
+pub use pattern::{PatternSet, Toolsets};
 
 #[derive(Debug, Clone)]
 struct Rule {
@@ -53,14 +51,9 @@ impl Policy {
         Ok(Policy { rules })
     }
 
-    /// A policy that allows every tool.
-    pub fn allow_all() -> Self {
-        Policy { rules: Vec::new() }
-    }
-
     /// `None` when the policy permits the tool, otherwise the rule that keeps it out
     /// (for debug logs only: a filtered tool is never described to the model).
-    pub fn refusal(&self, tool: &ToolDescriptor) -> Option<String> {
+    pub fn refusal(&self, tool: &impl ToolKey) -> Option<String> {
         for rule in &self.rules {
             if rule.deny.matches(tool) {
                 return Some(format!("denied by {}.deny", rule.level));
@@ -74,7 +67,7 @@ impl Policy {
         None
     }
 
-    pub fn permits(&self, tool: &ToolDescriptor) -> bool {
+    pub fn permits(&self, tool: &impl ToolKey) -> bool {
         self.refusal(tool).is_none()
     }
 
@@ -106,7 +99,7 @@ fn compile_rule(level: &str, config: &PolicyLevel, toolsets: &Toolsets) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{CatalogMode, ExecutionMode, Source};
+    use crate::catalog::{CatalogMode, ExecutionMode, Source, ToolDescriptor};
 
     fn tool(source: Source, source_name: &str, name: &str) -> ToolDescriptor {
         ToolDescriptor {

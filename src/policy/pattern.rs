@@ -14,15 +14,9 @@ use std::collections::BTreeMap;
 
 use globset::{Glob, GlobMatcher};
 
-use crate::catalog::ToolDescriptor;
+use crate::config::Toolset;
 use crate::error::{Error, Result};
-
-/// A named group of tool patterns, with aliases (`[toolsets.NAME]` in the config).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Toolset {
-    pub patterns: Vec<String>,
-    pub aliases: Vec<String>,
-}
+use crate::ids::ToolKey;
 
 /// Toolsets by name. Every plugin id and MCP server name is an implicit toolset of all
 /// its tools (`github` = `openclaw:github:*`); a configured toolset of the same name wins.
@@ -142,12 +136,12 @@ impl PatternSet {
             || self.id_globs.iter().any(|g| g.is_match(&id))
     }
 
-    pub fn matches(&self, tool: &ToolDescriptor) -> bool {
-        self.matches_parts(&tool.name, &tool.id())
+    pub fn matches(&self, tool: &impl ToolKey) -> bool {
+        self.matches_parts(tool.name(), &tool.id())
     }
 
     /// The patterns as written that match none of `tools`.
-    pub fn unmatched<'a>(&'a self, tools: &[ToolDescriptor], toolsets: &Toolsets) -> Vec<&'a str> {
+    pub fn unmatched<'a, T: ToolKey>(&'a self, tools: &[T], toolsets: &Toolsets) -> Vec<&'a str> {
         self.written
             .iter()
             .filter(|p| {

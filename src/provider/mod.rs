@@ -1,7 +1,7 @@
 //! Provider formats: the request body each model API receives for a tool list, and the
 //! tool calls each API sends back, normalised to one shape.
 //!
-//! Four formats (SPEC section 11): OpenAI Chat Completions, OpenAI Responses, Anthropic
+//! Four formats: OpenAI Chat Completions, OpenAI Responses, Anthropic
 //! Messages and Google Gemini `generateContent`. The flow, one way:
 //!
 //! - out: [`ToolSpec`]s (provider-neutral) -> [`WireNames`] (names the provider accepts) ->

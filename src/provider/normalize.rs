@@ -319,7 +319,7 @@ fn parse_arguments(tool: &str, raw: RawArgs) -> Result<Value, ProviderError> {
 }
 
 fn kind(value: &Value) -> &'static str {
-    crate::catalog::load::json_type_name(value)
+    crate::error::json_type_name(value)
 }
 
 fn preview(text: &str) -> String {

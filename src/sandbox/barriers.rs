@@ -1,9 +1,9 @@
-//! The OS barriers around a child (SPEC section 7a), prepared in the parent and applied in
+//! The OS barriers around a child (README, "Code mode: the sandbox"), prepared in the parent and applied in
 //! `pre_exec` between fork and exec.
 //!
 //! Everything that allocates (the Landlock ruleset, the seccomp programs, the rlimit
 //! values) is built before the fork; inside `pre_exec` only raw system calls run, in the
-//! order measured to work (SANDBOX-FACTS.md): setsid; rlimits; unshare; the channel to fd 3
+//! order measured to work on Linux 6.x here: setsid; rlimits; unshare; the channel to fd 3
 //! and every other fd close-on-exec; parent-death signal; no-new-privileges; Landlock;
 //! seccomp last (it forbids what the steps before it need).
 

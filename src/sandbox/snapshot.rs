@@ -1,7 +1,7 @@
 //! A startup snapshot of the runtime, built at first use and cached.
 //!
 //! Any V8 flag on the command line (the heap cap is one) makes Node reject its embedded
-//! code cache, which costs ~6 ms per start here (SANDBOX-FACTS: 13–16 ms on a busier
+//! code cache, which costs ~6 ms per start here (13–16 ms measured on a busier
 //! machine). A snapshot built with the same V8 flags (`--build-snapshot`) wins it back: the
 //! child then starts from `--snapshot-blob` instead of `-e RUNTIME`.
 //!

@@ -281,12 +281,6 @@ impl SearchIndex {
         self.len == 0
     }
 
-    /// The analyzed terms of a query, without synonyms (for logs and `eval`).
-    pub fn query_terms(&self, query: &str) -> Vec<String> {
-        let mut analyzer = self.analyzer.clone();
-        analyze::terms(&mut analyzer, query)
-    }
-
     /// The best `limit` entries for `query`, exact name or id matches first.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
         if limit == 0 {

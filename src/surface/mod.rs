@@ -30,7 +30,7 @@ pub const TOOL_SEARCH: &str = "tool_search";
 pub const TOOL_DESCRIBE: &str = "tool_describe";
 pub const TOOL_CALL: &str = "tool_call";
 
-/// The directory's bound (SPEC section 8), and its share of a small context window.
+/// The directory's bound, and its share of a small context window.
 pub const DIRECTORY_MAX_CHARS: usize = 18_000;
 /// Directory characters per 1,000 tokens of context window: 10% of the window at ~4 chars a
 /// token, so an 8k-token model gets ~3,200 characters.
@@ -55,6 +55,29 @@ pub struct Options<'a> {
     pub likely: usize,
     pub required: &'a [String],
     pub code_timeout_ms: u64,
+}
+
+impl<'a> Options<'a> {
+    /// The options every host derives from its config: `[surface]`'s context window, likely
+    /// schemas and required tools, with the mode, code-mode availability, the prompt and the
+    /// catalog's code timeout of this request.
+    pub fn new(
+        config: &'a crate::config::Config,
+        mode: Mode,
+        code_available: std::result::Result<(), String>,
+        prompt: &'a str,
+        code_timeout_ms: u64,
+    ) -> Self {
+        Options {
+            mode,
+            code_available,
+            prompt,
+            context_window: config.surface.context_window,
+            likely: config.surface.likely_schemas.unwrap_or(LIKELY_DEFAULT),
+            required: &config.surface.required,
+            code_timeout_ms,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -88,13 +111,40 @@ impl Surface {
     }
 }
 
+/// A mode once `auto` is decided: what a surface is built as. Its own type, so no code
+/// after the decision can meet an undecided `auto`.
+#[derive(Clone, Copy, PartialEq)]
+enum Built {
+    Code,
+    Tools,
+    Directory,
+    Direct,
+}
+
+impl Built {
+    fn mode(self) -> Mode {
+        match self {
+            Built::Code => Mode::Code,
+            Built::Tools => Mode::Tools,
+            Built::Directory => Mode::Directory,
+            Built::Direct => Mode::Direct,
+        }
+    }
+}
+
 /// Builds the surface for `options.mode`, falling back as the module doc says.
 pub fn build(catalog: &Catalog, options: &Options) -> Result<Surface> {
     let mut reasons = Vec::new();
     let policy = catalog.policy();
     let permitted = |name: &str| policy.permits_parts(name, &format!("openclaw:core:{name}"));
-    let mut mode = options.mode;
-    if mode == Mode::Auto {
+    let mut mode = match options.mode {
+        Mode::Code => Built::Code,
+        Mode::Tools => Built::Tools,
+        Mode::Directory => Built::Directory,
+        Mode::Direct => Built::Direct,
+        Mode::Auto => Built::Code,
+    };
+    if options.mode == Mode::Auto {
         let direct = direct_tools(catalog);
         let bytes: usize = direct
             .iter()
@@ -109,25 +159,25 @@ pub fn build(catalog: &Catalog, options: &Options) -> Result<Surface> {
                 "auto: {} tools, {bytes} schema bytes (within {AUTO_MAX_TOOLS} tools and {budget} bytes): direct",
                 direct.len()
             ));
-            Mode::Direct
+            Built::Direct
         } else {
             reasons.push(format!(
                 "auto: {} tools, {bytes} schema bytes (over {AUTO_MAX_TOOLS} tools or {budget} bytes): code",
                 direct.len()
             ));
-            Mode::Code
+            Built::Code
         };
     }
-    if mode == Mode::Code {
+    if mode == Built::Code {
         if let Err(why) = &options.code_available {
             reasons.push(format!("code mode unavailable ({why}); using tools mode"));
-            mode = Mode::Tools;
+            mode = Built::Tools;
         } else if !permitted(TOOL_SEARCH_CODE) {
             reasons.push("the policy denies tool_search_code; using tools mode".into());
-            mode = Mode::Tools;
+            mode = Built::Tools;
         }
     }
-    if matches!(mode, Mode::Tools | Mode::Directory)
+    if matches!(mode, Built::Tools | Built::Directory)
         && let Some(denied) = [TOOL_SEARCH, TOOL_DESCRIBE, TOOL_CALL]
             .into_iter()
             .find(|n| !permitted(n))
@@ -135,11 +185,11 @@ pub fn build(catalog: &Catalog, options: &Options) -> Result<Surface> {
         reasons.push(format!(
             "the policy denies {denied}; using direct mode so no tool hides behind a control the model cannot call"
         ));
-        mode = Mode::Direct;
+        mode = Built::Direct;
     }
     let mut surface = Surface {
         requested: options.mode,
-        mode,
+        mode: mode.mode(),
         reasons,
         tools: Vec::new(),
         system: String::new(),
@@ -147,20 +197,20 @@ pub fn build(catalog: &Catalog, options: &Options) -> Result<Surface> {
         loaded: Vec::new(),
     };
     match mode {
-        Mode::Direct | Mode::Auto => {
+        Built::Direct => {
             let (tools, dropped) = unique_by_name(direct_tools(catalog));
             surface.tools = tools;
             surface.reasons.extend(dropped);
         }
-        Mode::Code => {
+        Built::Code => {
             surface.tools.push(code_tool(options.code_timeout_ms));
             surface.tools.extend(catalog.direct_only().iter().map(spec));
         }
-        Mode::Tools => {
+        Built::Tools => {
             surface.tools.extend(structured_tools(catalog));
             surface.tools.extend(catalog.direct_only().iter().map(spec));
         }
-        Mode::Directory => build_directory(catalog, options, &mut surface)?,
+        Built::Directory => build_directory(catalog, options, &mut surface)?,
     }
     Ok(surface)
 }
@@ -228,7 +278,7 @@ fn structured_tools(catalog: &Catalog) -> Vec<ToolSpec> {
                     "limit": {"type": "integer", "minimum": 1, "description": texts::TOOL_SEARCH_LIMIT},
                     "queries": {
                         "type": "array",
-                        "maxItems": 16,
+                        "maxItems": crate::catalog::batch_limits::MAX_QUERIES,
                         "description": texts::TOOL_SEARCH_QUERIES,
                         "items": {
                             "type": "object",
@@ -417,15 +467,6 @@ pub fn is_control(name: &str) -> bool {
     )
 }
 
-/// Bytes of the declared tools as JSON (provider-neutral; the provider module measures the
-/// exact payload).
-pub fn spec_bytes(tools: &[ToolSpec]) -> usize {
-    tools
-        .iter()
-        .map(|t| serde_json::to_vec(t).map(|v| v.len()).unwrap_or(0))
-        .sum()
-}
-
 #[cfg(test)]
 mod tests;
 
@@ -452,8 +493,22 @@ pub struct Planned {
     pub summary: Summary,
 }
 
-/// The model name put in request bodies that need one.
-pub const MODEL: &str = "toolsearch-model";
+/// The model name put in request bodies that need one: `[provider] model`'s default, so
+/// what `surface` measures names the model the gateway would ask.
+pub const MODEL: &str = crate::config::DEFAULT_MODEL;
+
+impl Planned {
+    /// The session log's `request` event: what this request declares and why.
+    pub fn log_event(&self, catalog: &Catalog) -> serde_json::Value {
+        json!({
+            "summary": self.summary,
+            "reasons": self.surface.reasons,
+            "visible_schemas": self.surface.visible_schemas(),
+            "declared": self.surface.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            "catalog": catalog.counts(),
+        })
+    }
+}
 
 /// Builds the surface for `options` and the request body for `provider`: `base_system`
 /// then the surface's system text (the directory) as the system prompt, `options.prompt`

@@ -1,4 +1,4 @@
-//! Counters and the JSONL session log (SPEC section 10).
+//! Counters and the JSONL session log.
 //!
 //! The session log lets anyone tell, after the fact, how many tool schemas the model saw at
 //! first, how many searches and describes it made, which final tool ran and where it came

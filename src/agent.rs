@@ -1,4 +1,4 @@
-//! The agent loop (SPEC section 11): send the surface and the conversation to the model,
+//! The agent loop: send the surface and the conversation to the model,
 //! run the tool calls it asks for, append the results, ask again — until the model answers
 //! without tool calls, every result of a batch says terminate, a hook asks to stop after the
 //! batch, the turn is aborted, or the round limit is reached.
@@ -28,9 +28,6 @@ use crate::provider::{ToolCall, ToolSpec};
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
-
-/// Rounds of tool calls one turn may take, by default.
-pub const DEFAULT_MAX_ROUNDS: usize = 16;
 
 /// One message of the conversation, provider-neutral.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -161,6 +158,25 @@ impl Outcome {
     }
 }
 
+/// Where a model's call goes, decided once per call from its name: the batch's ordering
+/// and the call itself read the same answer.
+enum Route {
+    /// The surface's control tool at this index of `surface.tools`.
+    Control(usize),
+    /// A catalog tool: one the surface declared, or (directory mode) a hidden one named
+    /// exactly.
+    Tool {
+        id: String,
+        caller: &'static str,
+        /// Run by the client that declared it, not here.
+        client: bool,
+        execution_mode: ExecutionMode,
+    },
+    NotFound,
+    /// The lookup itself failed (a name several hidden tools share).
+    Failed(String),
+}
+
 impl Agent {
     pub fn new(
         dispatcher: Arc<Dispatcher>,
@@ -229,7 +245,7 @@ impl Agent {
             name: name.to_string(),
             arguments,
         };
-        let out = self.run_one(&call, run_id, cancel).await;
+        let out = self.run_one(&call, self.route(name), run_id, cancel).await;
         (out.text, out.is_error)
     }
 
@@ -346,26 +362,33 @@ impl Agent {
         batch_id: &str,
         abort: &CancellationToken,
     ) -> Vec<Outcome> {
-        let sequential = calls
-            .iter()
-            .any(|c| self.execution_mode(&c.name) == ExecutionMode::Sequential);
+        let routes: Vec<Route> = calls.iter().map(|c| self.route(&c.name)).collect();
+        let sequential = routes.iter().any(|r| {
+            matches!(
+                r,
+                Route::Tool {
+                    execution_mode: ExecutionMode::Sequential,
+                    ..
+                }
+            )
+        });
         if sequential {
             let mut out = Vec::with_capacity(calls.len());
-            for (i, c) in calls.iter().enumerate() {
+            for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
                 out.push(
-                    self.run_one(c, &format!("{batch_id}-{i}"), abort.clone())
+                    self.run_one(c, route, &format!("{batch_id}-{i}"), abort.clone())
                         .await,
                 );
             }
             return out;
         }
         let mut set = tokio::task::JoinSet::new();
-        for (i, c) in calls.iter().enumerate() {
+        for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
             let agent = Arc::clone(self);
             let call = c.clone();
             let id = format!("{batch_id}-{i}");
             let abort = abort.clone();
-            set.spawn(async move { (i, agent.run_one(&call, &id, abort).await) });
+            set.spawn(async move { (i, agent.run_one(&call, route, &id, abort).await) });
         }
         let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
         while let Some(done) = set.join_next().await {
@@ -378,42 +401,92 @@ impl Agent {
             .collect()
     }
 
-    fn execution_mode(&self, name: &str) -> ExecutionMode {
-        let catalog = self.dispatcher.catalog();
-        let id = self.declared.get(name).cloned().or_else(|| {
-            (self.surface.mode == Mode::Directory)
-                .then(|| {
-                    surface::deferred(&catalog, name)
-                        .ok()
-                        .flatten()
-                        .map(|e| e.id.clone())
-                })
-                .flatten()
-        });
-        id.and_then(|id| catalog.resolve(&id).ok())
-            .map(|e| e.descriptor.execution_mode)
-            .unwrap_or_default()
-    }
-
-    async fn run_one(&self, call: &ToolCall, run_id: &str, abort: CancellationToken) -> Outcome {
-        let d = &self.dispatcher;
-        let control = self
+    fn route(&self, name: &str) -> Route {
+        if let Some(i) = self
             .surface
             .tools
             .iter()
-            .find(|t| t.name == call.name && surface::is_control(&t.name));
+            .position(|t| t.name == name && surface::is_control(&t.name))
+        {
+            return Route::Control(i);
+        }
+        let catalog = self.dispatcher.catalog();
+        let (id, caller) = if let Some(id) = self.declared.get(name) {
+            let caller = if self.surface.mode == Mode::Direct {
+                "direct"
+            } else {
+                "tool_call"
+            };
+            (id.clone(), caller)
+        } else if self.surface.mode == Mode::Directory {
+            match surface::deferred(&catalog, name) {
+                Ok(Some(e)) => (e.id.clone(), "directory"),
+                Ok(None) => return Route::NotFound,
+                Err(e) => return Route::Failed(e.to_string()),
+            }
+        } else {
+            return Route::NotFound;
+        };
+        let entry = catalog.resolve(&id).ok();
+        Route::Tool {
+            client: entry.is_some_and(|e| {
+                matches!(
+                    e.descriptor.executor,
+                    Some(crate::catalog::ExecutorSpec::Client)
+                )
+            }),
+            execution_mode: entry
+                .map(|e| e.descriptor.execution_mode)
+                .unwrap_or_default(),
+            id,
+            caller,
+        }
+    }
+
+    async fn run_one(
+        &self,
+        call: &ToolCall,
+        route: Route,
+        run_id: &str,
+        abort: CancellationToken,
+    ) -> Outcome {
+        let d = &self.dispatcher;
+        let spec = match route {
+            Route::Control(i) => &self.surface.tools[i],
+            Route::Tool { client: true, .. } if self.client_passthrough => {
+                return Outcome {
+                    client: true,
+                    ..Outcome::error(String::new())
+                };
+            }
+            Route::Tool { id, caller, .. } => {
+                return self
+                    .dispatch(&id, call.arguments.clone(), caller, abort)
+                    .await;
+            }
+            Route::Failed(e) => return Outcome::error(e),
+            Route::NotFound => {
+                return Outcome::error(format!(
+                    "Tool not found: `{}`. {}.",
+                    call.name,
+                    crate::texts::recovery_hint(if self.surface.mode == Mode::Code {
+                        "code"
+                    } else {
+                        "tool_call"
+                    })
+                ));
+            }
+        };
         // A control tool's arguments meet its own declared schema first, at every front
         // (gateway, `mcp serve`, tools mode): `{"code": 42}` is refused, not run as "".
-        if let Some(spec) = control
-            && let Err(e) =
-                crate::dispatch::check_declared(&spec.name, &spec.parameters, &call.arguments)
+        if let Err(e) =
+            crate::dispatch::check_declared(&spec.name, &spec.parameters, &call.arguments)
         {
             let error = json!({"ok": false, "error": {"code": e.code(), "message": e.to_string()}});
             return Outcome::json(&error, true);
         }
-        let declared_control = control.is_some();
-        match call.name.as_str() {
-            surface::TOOL_SEARCH_CODE if declared_control => {
+        match spec.name.as_str() {
+            surface::TOOL_SEARCH_CODE => {
                 let code = call
                     .arguments
                     .get("code")
@@ -441,7 +514,7 @@ impl Agent {
                 let ok = result.is_ok();
                 Outcome::json(&result, !ok)
             }
-            surface::TOOL_SEARCH if declared_control => match search_args(&call.arguments) {
+            surface::TOOL_SEARCH => match search_args(&call.arguments) {
                 Ok(SearchArgs::One(q, limit)) => match d.search(&q, limit) {
                     Ok(hits) => Outcome::json(&hits, false),
                     Err(e) => Outcome::error(e.to_string()),
@@ -452,7 +525,7 @@ impl Agent {
                 },
                 Err(e) => Outcome::error(e),
             },
-            surface::TOOL_DESCRIBE if declared_control => {
+            surface::TOOL_DESCRIBE => {
                 let id = call
                     .arguments
                     .get("id")
@@ -463,54 +536,13 @@ impl Agent {
                     Err(e) => Outcome::error(e.to_string()),
                 }
             }
-            surface::TOOL_CALL if declared_control => match d.tool_call_input(&call.arguments) {
+            surface::TOOL_CALL => match d.tool_call_input(&call.arguments) {
                 Ok((id, args)) => self.dispatch(&id, args, "tool_call", abort).await,
                 Err(e) => Outcome::error(e.to_string()),
             },
-            name => {
-                if let Some(id) = self.declared.get(name) {
-                    let client = d.catalog().resolve(id).is_ok_and(|e| {
-                        matches!(
-                            e.descriptor.executor,
-                            Some(crate::catalog::ExecutorSpec::Client)
-                        )
-                    });
-                    if client && self.client_passthrough {
-                        return Outcome {
-                            client: true,
-                            ..Outcome::error(String::new())
-                        };
-                    }
-                    let caller = if self.surface.mode == Mode::Direct {
-                        "direct"
-                    } else {
-                        "tool_call"
-                    };
-                    return self
-                        .dispatch(&id.clone(), call.arguments.clone(), caller, abort)
-                        .await;
-                }
-                if self.surface.mode == Mode::Directory {
-                    match surface::deferred(&d.catalog(), name) {
-                        Ok(Some(e)) => {
-                            let id = e.id.clone();
-                            return self
-                                .dispatch(&id, call.arguments.clone(), "directory", abort)
-                                .await;
-                        }
-                        Ok(None) => {}
-                        Err(e) => return Outcome::error(e.to_string()),
-                    }
-                }
-                Outcome::error(format!(
-                    "Tool not found: `{name}`. {}.",
-                    crate::texts::recovery_hint(if self.surface.mode == Mode::Code {
-                        "code"
-                    } else {
-                        "tool_call"
-                    })
-                ))
-            }
+            other => Outcome::error(format!(
+                "`{other}` is a control tool this host does not run"
+            )),
         }
     }
 
@@ -535,10 +567,7 @@ impl Agent {
                 is_error: envelope.result.is_error,
                 tool_id: Some(envelope.tool.id.clone()),
                 client: false,
-                text: serde_json::to_string(
-                    &json!({"tool": envelope.tool, "result": envelope.result}),
-                )
-                .unwrap_or_default(),
+                text: serde_json::to_string(&envelope.for_model()).unwrap_or_default(),
             },
             Err(e) => Outcome::error(e.to_string()),
         }

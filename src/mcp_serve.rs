@@ -10,9 +10,11 @@
 //! and connected clients are sent `notifications/tools/list_changed` if what they list
 //! changed.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -22,15 +24,91 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
-use super::upstream::lock;
+use crate::agent::Agent;
 use crate::catalog::Catalog;
 use crate::config::{Config, Mode};
 use crate::dispatch::Dispatcher;
 use crate::error::{Error, Result};
-use crate::gateway::agent::Agent;
+use crate::host::Host;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
+
+/// Where `mcp serve` answers.
+pub enum Transport {
+    /// One client on stdin/stdout; it stops the server by closing stdin or with SIGTERM.
+    Stdio,
+    /// Streamable HTTP at `http://ADDR/mcp`.
+    Http(tokio::net::TcpListener),
+}
+
+/// `mcp serve --listen ADDR` takes loopback addresses only: the server has no
+/// authentication, so only this machine may connect.
+pub fn check_loopback(listen: &str) -> Result<()> {
+    let loopback = listen
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or_else(|_| listen.starts_with("localhost:"));
+    if loopback {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "mcp serve --listen {listen}: only a loopback address (127.0.0.1, [::1], localhost); it has no authentication"
+        )))
+    }
+}
+
+/// `toolsearch mcp serve`: the surface of `host`'s mode, calls run by `dispatcher`, over
+/// `transport` until the client leaves (stdio) or `stop` resolves; then the spare children
+/// and the upstream servers are stopped, so nothing the server started outlives it.
+pub async fn run(
+    host: &Host,
+    dispatcher: Dispatcher,
+    transport: Transport,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let mode = host.mode(None);
+    let sandbox = host
+        .sandbox(mode)
+        .and_then(|s| s.ok_or_else(|| format!("mode {} does not run code", mode.as_str())));
+    let spares = sandbox.as_ref().ok().and_then(|s| host.spares(s));
+    let server = McpHost::new(ServeParts {
+        config: host.config.clone(),
+        mode,
+        dispatcher: Arc::new(dispatcher),
+        sandbox,
+        spares: spares.clone(),
+    })?;
+    server.follow(host.live());
+    let served = match transport {
+        Transport::Stdio => {
+            let mut stop = std::pin::pin!(stop);
+            let served = tokio::select! {
+                biased;
+                _ = &mut stop => Ok(()),
+                r = server.serve_stdio() => r,
+            };
+            // A signal can end stdin's read (the transport then sees it closed) just
+            // before the signal itself is seen: that is a stop, not an error.
+            match served {
+                Err(_)
+                    if tokio::time::timeout(Duration::from_millis(200), &mut stop)
+                        .await
+                        .is_ok() =>
+                {
+                    Ok(())
+                }
+                other => other,
+            }
+        }
+        Transport::Http(listener) => server.serve_http(listener, stop).await,
+    };
+    if let Some(pool) = spares {
+        pool.stop();
+    }
+    host.stop().await;
+    served
+}
 
 /// What `mcp serve` runs with.
 pub struct ServeParts {
@@ -72,7 +150,7 @@ impl McpHost {
 
     /// The surface tools as MCP lists them now.
     pub fn tools(&self) -> Vec<Tool> {
-        read(&self.current).tools.clone()
+        self.current.read().tools.clone()
     }
 
     /// Rebuilds the surface whenever `catalog` changes, telling clients when their list
@@ -86,7 +164,7 @@ impl McpHost {
                 match build(&host.parts, &latest) {
                     Ok(next) => {
                         let changed = {
-                            let mut cur = host.current.write().unwrap_or_else(|p| p.into_inner());
+                            let mut cur = host.current.write();
                             let changed = cur.tools != next.tools;
                             *cur = next;
                             changed
@@ -103,7 +181,7 @@ impl McpHost {
 
     async fn notify_tools_changed(&self) {
         let peers: Vec<Peer<RoleServer>> = {
-            let mut p = lock(&self.peers);
+            let mut p = self.peers.lock();
             p.retain(|peer| !peer.is_transport_closed());
             p.clone()
         };
@@ -155,21 +233,18 @@ impl McpHost {
     }
 }
 
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The surface for `catalog`, as MCP tools and an agent that runs their calls.
 fn build(parts: &ServeParts, catalog: &Arc<Catalog>) -> Result<Current> {
+    // No prompt and no likely schemas: an MCP server does not see the conversation.
     let options = surface::Options {
-        mode: parts.mode,
-        code_available: parts.sandbox.as_ref().map(|_| ()).map_err(Clone::clone),
-        // No prompt: an MCP server does not see the conversation, so no "likely" schemas.
-        prompt: "",
-        context_window: parts.config.surface.context_window,
         likely: 0,
-        required: &parts.config.surface.required,
-        code_timeout_ms: catalog.settings().code_timeout_ms,
+        ..surface::Options::new(
+            &parts.config,
+            parts.mode,
+            parts.sandbox.as_ref().map(|_| ()).map_err(Clone::clone),
+            "",
+            catalog.settings().code_timeout_ms,
+        )
     };
     let surface: Surface = surface::build(catalog, &options)?;
     let tools = surface
@@ -215,11 +290,11 @@ impl ServerHandler for Handler {
                 .build(),
         )
         .with_server_info(Implementation::new("toolsearch", env!("CARGO_PKG_VERSION")))
-        .with_instructions(read(&self.0.current).instructions.clone())
+        .with_instructions(self.0.current.read().instructions.clone())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let mut peers = lock(&self.0.peers);
+        let mut peers = self.0.peers.lock();
         // Closed sessions go here too, so a long-lived server whose catalog never changes
         // does not keep one entry per session it ever had.
         peers.retain(|p| !p.is_transport_closed());
@@ -241,7 +316,7 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, ErrorData> {
-        let agent = Arc::clone(&read(&self.0.current).agent);
+        let agent = Arc::clone(&self.0.current.read().agent);
         if !agent.surface().tools.iter().any(|t| t.name == request.name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`: call tools/list", request.name),

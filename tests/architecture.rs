@@ -1,0 +1,195 @@
+//! The shape of the code, checked: dependencies among `src/`'s top-level modules flow one
+//! way (no cycle), and `main.rs` stays a thin shell.
+//!
+//! A dependency is a `crate::X` path in code (not in a comment, not under `#[cfg(test)]`,
+//! not in a `tests.rs` file) in module A naming another top-level module X.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments and without what follows its first `#[cfg(test)]`
+/// (by convention the test module ends a file).
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            // A `//` inside a string (a URL) keeps the line; such lines name no module.
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules `code` names through `crate::`, grouped imports included.
+fn named_modules(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect()
+    };
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            // Nested groups close early; their first segments are still the modules.
+            for part in group[..end].split(',') {
+                let name = ident(part.trim());
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = src();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let tops: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| f.strip_prefix(&root).ok())
+        .filter_map(|rel| rel.components().next())
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .filter(|m| m != "lib" && m != "main")
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&root).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if !tops.contains(&top) || file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let deps = graph.entry(top.clone()).or_default();
+        for m in named_modules(&code) {
+            if m != top && tops.contains(&m) {
+                deps.insert(m);
+            }
+        }
+    }
+    graph
+}
+
+/// Every cycle's modules, found as the strongly connected components of more than one
+/// module (Tarjan's algorithm is overkill for twenty nodes: reachability both ways).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    let reach = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.to_string()];
+        while let Some(m) = todo.pop() {
+            for d in graph.get(&m).into_iter().flatten() {
+                if seen.insert(d.clone()) {
+                    todo.push(d.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|m| (m, reach(m))).collect();
+    let mut found: Vec<BTreeSet<String>> = Vec::new();
+    for (m, r) in &reachable {
+        if !r.contains(*m) {
+            continue;
+        }
+        let scc: BTreeSet<String> = r
+            .iter()
+            .filter(|o| reachable.get(o).is_some_and(|back| back.contains(*m)))
+            .cloned()
+            .collect();
+        if !found.contains(&scc) {
+            found.push(scc);
+        }
+    }
+    found
+}
+
+#[test]
+fn top_level_modules_depend_one_way() {
+    let graph = module_graph();
+    assert!(
+        graph.len() > 10,
+        "the scan found too few modules: {graph:?}"
+    );
+    let found = cycles(&graph);
+    let detail: Vec<String> = found
+        .iter()
+        .map(|scc| {
+            scc.iter()
+                .map(|m| {
+                    let deps: Vec<&String> = graph[m].iter().filter(|d| scc.contains(*d)).collect();
+                    format!("{m} -> {deps:?}")
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .collect();
+    assert!(found.is_empty(), "module cycles: {detail:#?}");
+}
+
+#[test]
+fn the_cycle_check_sees_a_cycle() {
+    let mut graph = BTreeMap::new();
+    graph.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    graph.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
+    graph.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    graph.insert("d".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(
+        cycles(&graph),
+        vec![BTreeSet::from(["a".into(), "b".into(), "c".into()])]
+    );
+    let code = code_of(
+        "use crate::{config::Mode, error::Result};\n// crate::gateway in a comment\nlet x = crate::policy::Policy::default();\n#[cfg(test)]\nuse crate::qa;",
+    );
+    assert_eq!(
+        named_modules(&code),
+        BTreeSet::from(["config".into(), "error".into(), "policy".into()])
+    );
+}
+
+#[test]
+fn main_is_a_thin_shell() {
+    let main = std::fs::read_to_string(src().join("main.rs")).unwrap();
+    let lines = main.lines().count();
+    assert!(lines <= 400, "src/main.rs has {lines} lines; at most 400");
+}
