@@ -22,9 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::load::json_error_message;
-use crate::catalog::{
-    CatalogMode, ExecutionMode, Schema, Source, ToolDescriptor, index_doc, safe_name,
-};
+use crate::catalog::{Source, ToolDescriptor, index_doc, safe_name};
 use crate::error::{Error, Result};
 use crate::search::SearchIndex;
 
@@ -99,26 +97,15 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
             });
         }
         let schema = t.input_schema.clone().unwrap_or(Value::Null);
-        let descriptor = ToolDescriptor {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            input_schema: Schema::from_value(&schema),
-            output_schema: None,
-            label: None,
-            source: Source::Openclaw,
-            source_name: t
-                .server
-                .as_deref()
-                .map(safe_name)
-                .unwrap_or("dataset".into()),
-            catalog_mode: CatalogMode::Catalog,
-            availability: None,
-            executor: None,
-            tags: Vec::new(),
-            sort_key: None,
-            execution_mode: ExecutionMode::Parallel,
-            origin: String::new(),
-        };
+        let source_name = t.server.as_deref().map(safe_name);
+        let descriptor = ToolDescriptor::builder(
+            Source::Openclaw,
+            source_name.unwrap_or("dataset".into()),
+            t.name.clone(),
+        )
+        .description(t.description.clone())
+        .input_schema(&schema)
+        .build();
         docs.push(index_doc(&descriptor, &t.id, &schema));
     }
     let index = SearchIndex::build(&docs)?;

@@ -13,33 +13,9 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-/// Variables that availability signals or logging read; removed from every run.
-const SCRUBBED_ENV: &[&str] = &[
-    "RUST_LOG",
-    "TS_TEST_VAR",
-    "TWILIO_TOKEN",
-    "GITHUB_ADMIN_TOKEN",
-];
-
-/// The keys of a compact descriptor.
-const COMPACT_KEYS: &[&str] = &[
-    "id",
-    "source",
-    "source_name",
-    "name",
-    "label",
-    "description",
-    "input",
-];
-
-/// A file under `fixtures/tests/`.
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/tests")
-        .join(rel)
-}
+mod common;
+use common::{COMPACT_KEYS, Sandbox, err_json, fixture, ok_json, run};
 
 /// Every fixture catalog of a valid format, for `--catalog` one by one.
 fn all_format_fixtures() -> Vec<PathBuf> {
@@ -55,42 +31,8 @@ fn all_format_fixtures() -> Vec<PathBuf> {
     .collect()
 }
 
-/// A temporary working folder and the commands run in it.
-struct Sandbox {
-    dir: TempDir,
-}
-
+/// The commands of this file, on the shared temporary folder.
 impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().expect("create a temporary folder"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a file (creating its folders) and returns its path.
-    fn write(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.path().join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("create fixture folder");
-        }
-        fs::write(&path, contents).expect("write fixture file");
-        path
-    }
-
-    /// `toolsearch` with this folder as its current directory and a scrubbed environment.
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("toolsearch").expect("the toolsearch binary is built");
-        cmd.current_dir(self.path()).env("NO_COLOR", "1");
-        for var in SCRUBBED_ENV {
-            cmd.env_remove(var);
-        }
-        cmd
-    }
-
     /// `toolsearch --catalog P1 --catalog P2 ...`.
     fn with_catalogs<P: AsRef<Path>>(&self, catalogs: &[P]) -> Command {
         let mut cmd = self.cmd();
@@ -107,75 +49,6 @@ impl Sandbox {
         cmd.arg("--config").arg(file);
         cmd
     }
-}
-
-/// What one run gave.
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
-    }
-}
-
-fn run(cmd: &mut Command) -> Outcome {
-    let out = cmd.output().expect("run toolsearch");
-    Outcome {
-        code: out.status.code().expect("toolsearch exited by a signal"),
-        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
-    }
-}
-
-/// Runs, asserts exit 0 and returns stdout as JSON.
-fn ok_json(cmd: &mut Command) -> Value {
-    let out = run(cmd);
-    assert_eq!(
-        out.code, 0,
-        "expected success\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    out.json()
-}
-
-/// Runs a `--json` command that must fail: asserts the exit code, the error code, that
-/// stdout holds only `{"error": {"code", "message"}}` and that stderr repeats the message.
-/// Returns the message.
-fn err_json(cmd: &mut Command, exit: i32, code: &str) -> String {
-    let out = run(cmd);
-    assert_eq!(
-        out.code, exit,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    let v = out.json();
-    let obj = v.as_object().expect("an error document is an object");
-    assert_eq!(
-        obj.keys().collect::<Vec<_>>(),
-        ["error"],
-        "only `error` at the top: {v}"
-    );
-    assert_eq!(v["error"]["code"], code, "{v}");
-    let message = v["error"]["message"]
-        .as_str()
-        .expect("error.message is a string")
-        .to_string();
-    assert!(!message.is_empty());
-    assert!(
-        out.stderr.contains(message.trim_end()),
-        "stderr should repeat the message\nmessage: {message}\nstderr: {}",
-        out.stderr
-    );
-    message
 }
 
 fn ids(descriptors: &Value) -> Vec<String> {

@@ -2,11 +2,12 @@
 //! (resolve, validate, approve, before hooks, execute, after hooks, envelope, session log).
 //!
 //! Every command runs in its own temporary folder (`current_dir`) with `--state-dir
-//! <tmp>/state`, and with the variables these tests set anywhere removed. The catalog is
-//! `fixtures/tests/call/tools.json` with `@DIR@` replaced by the temporary folder: its
-//! command tools append their arguments to `<tmp>/ran`, so a test can tell whether an
-//! executor ran. Hooks are `#!/bin/sh` scripts written into the temporary folder. Command
-//! tools and hooks get an empty environment, so every program is named by absolute path.
+//! <tmp>/state`, and with the variables any test sets removed (`common::SCRUBBED_ENV`).
+//! The catalog is `fixtures/tests/call/tools.json` with `@DIR@` replaced by the temporary
+//! folder: its command tools append their arguments to `<tmp>/ran`, so a test can tell
+//! whether an executor ran. Hooks are `#!/bin/sh` scripts written into the temporary
+//! folder. Command tools and hooks get an empty environment, so every program is named by
+//! absolute path.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -15,73 +16,22 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-/// Variables these tests (or the catalog's availability signals, or logging) read; removed
-/// from every run and set only where a test needs one.
-const SCRUBBED_ENV: &[&str] = &["RUST_LOG", "TS_SECRET", "TS_CALL_NEVER_SET"];
+mod common;
+use common::{COMPACT_KEYS, GENEROUS, Sandbox, err_json, exit_json, fixture, run};
 
 /// The session key most runs use: the log is `<state>/sessions/t.jsonl`.
 const SESSION: &str = "t";
-
-/// The keys of a compact descriptor, as the envelope's `tool` carries it.
-const COMPACT_KEYS: &[&str] = &[
-    "id",
-    "source",
-    "source_name",
-    "name",
-    "label",
-    "description",
-    "input",
-];
-
-/// Far more than any run here needs; only catches a hang, never a slow machine.
-const GENEROUS: Duration = Duration::from_secs(20);
-
-/// A file under `fixtures/tests/call/`.
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/tests/call")
-        .join(rel)
-}
 
 /// A JSON (and TOML basic) string literal.
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 
-/// A temporary working folder and the commands run in it.
-struct Sandbox {
-    dir: TempDir,
-}
-
+/// The commands of this file, on the shared temporary folder.
 impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().expect("create a temporary folder"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn dir_str(&self) -> &str {
-        self.path().to_str().expect("the temporary folder is UTF-8")
-    }
-
     fn state(&self) -> PathBuf {
         self.path().join("state")
-    }
-
-    /// Writes a file (creating its folders) and returns its path.
-    fn write(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.path().join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("create fixture folder");
-        }
-        fs::write(&path, contents).expect("write fixture file");
-        path
     }
 
     /// Writes an executable `#!/bin/sh` script; `{dir}` in `body` is the temporary folder.
@@ -94,24 +44,20 @@ impl Sandbox {
 
     /// The test catalog, with `@DIR@` replaced by this folder.
     fn catalog(&self) -> PathBuf {
-        let text = fs::read_to_string(fixture("tools.json")).expect("read the call fixture");
+        let text = fs::read_to_string(fixture("call/tools.json")).expect("read the call fixture");
         self.write("catalog/tools.json", text.replace("@DIR@", self.dir_str()))
     }
 
     /// `toolsearch --state-dir <tmp>/state` in this folder, with a scrubbed environment.
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsearch"));
-        cmd.current_dir(self.path()).env("NO_COLOR", "1");
-        for var in SCRUBBED_ENV {
-            cmd.env_remove(var);
-        }
+    fn with_state(&self) -> Command {
+        let mut cmd = self.cmd();
         cmd.arg("--state-dir").arg(self.state());
         cmd
     }
 
     /// On the embedded demo catalog, session [`SESSION`].
     fn demo(&self) -> Command {
-        let mut cmd = self.cmd();
+        let mut cmd = self.with_state();
         cmd.args(["--session", SESSION]);
         cmd
     }
@@ -119,7 +65,7 @@ impl Sandbox {
     /// On the test catalog, session [`SESSION`], with `config` (TOML) when given.
     fn tools(&self, config: Option<&str>) -> Command {
         let catalog = self.catalog();
-        let mut cmd = self.cmd();
+        let mut cmd = self.with_state();
         if let Some(toml) = config {
             let file = self.write("test-config.toml", toml);
             cmd.arg("--config").arg(file);
@@ -198,53 +144,10 @@ impl Sandbox {
     }
 }
 
-/// What one run gave.
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Outcome {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
-    }
-}
-
-fn run(cmd: &mut Command) -> Outcome {
-    let started = Instant::now();
-    let out = cmd.output().expect("run toolsearch");
-    let elapsed = started.elapsed();
-    let outcome = Outcome {
-        code: out.status.code().expect("toolsearch exited by a signal"),
-        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
-        elapsed,
-    };
-    assert!(
-        !outcome.stderr.contains("panicked"),
-        "toolsearch panicked:\n{}",
-        outcome.stderr
-    );
-    outcome
-}
-
 /// Runs a `call --json` that prints an envelope: asserts the exit code and the envelope's
 /// shape, returns it.
 fn envelope(cmd: &mut Command, exit: i32) -> Value {
-    let out = run(cmd);
-    assert_eq!(
-        out.code, exit,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    let v = out.json();
+    let (_, v) = exit_json(cmd, exit);
     let keys: Vec<&String> = v
         .as_object()
         .expect("an envelope is an object")
@@ -279,37 +182,6 @@ fn envelope(cmd: &mut Command, exit: i32) -> Value {
         "is_error matches the exit code: {v}"
     );
     v
-}
-
-/// Runs a `--json` command that must fail with an error document: asserts the exit code,
-/// the error code, that stdout holds only `{"error": {"code", "message"}}` and that stderr
-/// repeats the message. Returns the message.
-fn err_json(cmd: &mut Command, exit: i32, code: &str) -> String {
-    let out = run(cmd);
-    assert_eq!(
-        out.code, exit,
-        "exit code\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    let v = out.json();
-    let obj = v.as_object().expect("an error document is an object");
-    assert_eq!(
-        obj.keys().collect::<Vec<_>>(),
-        ["error"],
-        "only `error` at the top: {v}"
-    );
-    assert_eq!(v["error"]["code"], code, "{v}");
-    let message = v["error"]["message"]
-        .as_str()
-        .expect("error.message is a string")
-        .to_string();
-    assert!(!message.is_empty());
-    assert!(
-        out.stderr.contains(message.trim_end()),
-        "stderr should repeat the message\nmessage: {message}\nstderr: {}",
-        out.stderr
-    );
-    message
 }
 
 fn text(envelope: &Value) -> &str {
@@ -1732,7 +1604,7 @@ fn without_a_session_key_each_run_has_its_own_log() {
     let sb = Sandbox::new();
     let catalog = sb.catalog();
     for _ in 0..2 {
-        let mut cmd = sb.cmd();
+        let mut cmd = sb.with_state();
         cmd.arg("--catalog")
             .arg(&catalog)
             .args(["call", "json_out", "--json"]);
@@ -1759,7 +1631,7 @@ fn without_a_session_key_each_run_has_its_own_log() {
 #[test]
 fn a_session_key_is_kept_to_a_safe_file_name() {
     let sb = Sandbox::new();
-    let mut cmd = sb.cmd();
+    let mut cmd = sb.with_state();
     cmd.args([
         "--session",
         "../escape/me",
@@ -1783,11 +1655,8 @@ fn an_unusable_state_dir_is_a_usage_error_and_nothing_runs() {
     let sb = Sandbox::new();
     let catalog = sb.catalog();
     let not_a_dir = sb.write("state-file", "");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsearch"));
-    cmd.current_dir(sb.path());
-    for var in SCRUBBED_ENV {
-        cmd.env_remove(var);
-    }
+    // Not `with_state`: this run's state directory is the file.
+    let mut cmd = sb.cmd();
     cmd.arg("--state-dir")
         .arg(&not_a_dir)
         .arg("--catalog")

@@ -1,46 +1,23 @@
 //! The gateway and the QA end-to-end over real HTTP and real child processes.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn bin() -> std::path::PathBuf {
-    assert_cmd::cargo::cargo_bin("toolsearch")
-}
+mod common;
+use common::{BIN, Guard, start_listening};
 
-struct Running(Child, String);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `toolsearch ARGS` and waits for `listening on URL`.
-fn start(args: &[&str], dir: &std::path::Path) -> Running {
-    let mut child = Command::new(bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_default()
-        .to_string();
-    assert!(!url.is_empty(), "did not start: {line:?}");
-    Running(child, url)
+/// Starts `toolsearch ARGS` in `dir` and waits for `listening on URL`.
+fn start(args: &[&str], dir: &std::path::Path) -> (Guard, String) {
+    start_listening(
+        Command::new(BIN)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null()),
+    )
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -76,7 +53,7 @@ fn sandbox_children() -> usize {
 #[test]
 fn the_qa_end_to_end_passes_on_every_lane() {
     let before = sandbox_children();
-    let out = Command::new(bin())
+    let out = Command::new(BIN)
         .args(["qa", "tool-search-gateway-e2e", "--json"])
         .output()
         .unwrap();
@@ -110,7 +87,7 @@ fn the_qa_end_to_end_passes_on_every_lane() {
     }
 }
 
-fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> Running {
+fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> (Guard, String) {
     let config = dir.join("toolsearch.toml");
     std::fs::write(
         &config,
@@ -138,11 +115,11 @@ fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> Runni
 #[test]
 fn bad_input_is_a_4xx_with_a_json_error() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
+    let (_gw, url) = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
     runtime().block_on(async {
         let http = reqwest::Client::new();
         let health: Value = http
-            .get(format!("{}/healthz", gw.1))
+            .get(format!("{url}/healthz"))
             .send()
             .await
             .unwrap()
@@ -160,7 +137,7 @@ fn bad_input_is_a_4xx_with_a_json_error() {
             (json!({"input": "x", "stream": true}).to_string(), "stream"),
         ] {
             let r = http
-                .post(format!("{}/v1/responses", gw.1))
+                .post(format!("{url}/v1/responses"))
                 .header("content-type", "application/json")
                 .body(body)
                 .send()
@@ -177,7 +154,7 @@ fn bad_input_is_a_4xx_with_a_json_error() {
         }
         let big = format!("{{\"input\": \"{}\"}}", "x".repeat(5 * 1024 * 1024));
         let r = http
-            .post(format!("{}/v1/responses", gw.1))
+            .post(format!("{url}/v1/responses"))
             .body(big)
             .send()
             .await
@@ -236,45 +213,43 @@ fn canned_provider(
 #[test]
 fn a_provider_that_fails_then_rate_limits_then_answers_garbage_is_retried_then_named() {
     let dir = tempfile::tempdir().unwrap();
-    let (url, count) = canned_provider(vec![(500, "{}"), (429, "{}"), (200, "this is not json")]);
-    let gw = gateway_with(&url, dir.path(), "");
-    runtime().block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{}/v1/responses", gw.1))
-            .json(&json!({"input": "hello"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 502);
-        let v: Value = r.json().await.unwrap();
-        let m = v["error"]["message"].as_str().unwrap();
-        assert!(m.contains("openai-responses"), "{m}");
-        assert!(m.contains("not a response"), "{m}");
-    });
+    let (provider, count) =
+        canned_provider(vec![(500, "{}"), (429, "{}"), (200, "this is not json")]);
+    let (_gw, url) = gateway_with(&provider, dir.path(), "");
+    let (status, v) = say_hello(&url);
+    assert_eq!(status, 502);
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("openai-responses"), "{m}");
+    assert!(m.contains("not a response"), "{m}");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
 
-    let (url, _) = canned_provider(vec![(401, "{\"error\": \"bad key\"}")]);
+    let (provider, _) = canned_provider(vec![(401, "{\"error\": \"bad key\"}")]);
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway_with(&url, dir.path(), "");
+    let (_gw, url) = gateway_with(&provider, dir.path(), "");
+    let (_, v) = say_hello(&url);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("401"),
+        "{v}"
+    );
+}
+
+/// `POST {gateway}/v1/responses` with the input `hello`: the status and the JSON answer.
+fn say_hello(gateway: &str) -> (u16, Value) {
     runtime().block_on(async {
         let r = reqwest::Client::new()
-            .post(format!("{}/v1/responses", gw.1))
+            .post(format!("{gateway}/v1/responses"))
             .json(&json!({"input": "hello"}))
             .send()
             .await
             .unwrap();
-        let v: Value = r.json().await.unwrap();
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains("401"),
-            "{v}"
-        );
-    });
+        (r.status().as_u16(), r.json().await.unwrap())
+    })
 }
 
 #[test]
 fn the_gateway_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut gw = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
+    let (mut gw, _) = gateway_with("http://127.0.0.1:9/v1", dir.path(), "");
     let pid = nix::unistd::Pid::from_raw(gw.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let started = Instant::now();

@@ -3,16 +3,15 @@
 //! list changes (`tests/mcp/dynamic-server.mjs`), and the official SDK's client
 //! (`tests/mcp/sdk-client.mjs`) driving `toolsearch mcp serve`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("toolsearch")
-}
+mod common;
+use common::{BIN, Guard, start_listening};
 
 fn mcp_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
@@ -71,7 +70,7 @@ env = {{ MEMORY_FILE_PATH = "{mem}" }}
 }
 
 fn toolsearch(config: &Path, args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(bin())
+    let out = Command::new(BIN)
         .arg("--config")
         .arg(config)
         .args(["--state-dir"])
@@ -88,6 +87,15 @@ fn toolsearch(config: &Path, args: &[&str]) -> (i32, Value, String) {
     )
 }
 
+/// A temporary folder holding only `toolsearch.toml` with this text: the folder (removed
+/// when dropped) and the config's path.
+fn config_with(toml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolsearch.toml");
+    std::fs::write(&path, toml).unwrap();
+    (dir, path)
+}
+
 /// The string `key` of each object in the array `list`.
 fn field<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
     list.as_array()
@@ -95,39 +103,17 @@ fn field<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
         .unwrap_or_default()
 }
 
-/// A child killed when the test ends, passed or not.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `toolsearch ARGS` (a server) and returns it with the URL of its
 /// `listening on URL` line.
 fn start_server(config: &Path, args: &[&str]) -> (Guard, String) {
-    let mut child = Command::new(bin())
-        .arg("--config")
-        .arg(config)
-        .arg("--state-dir")
-        .arg(config.parent().unwrap().join("state"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no `listening on` line: {line:?}"))
-        .to_string();
-    (Guard(child), url)
+    start_listening(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .arg("--state-dir")
+            .arg(config.parent().unwrap().join("state"))
+            .args(args),
+    )
 }
 
 /// Processes whose parent is `pid`, with their command lines.
@@ -255,7 +241,7 @@ fn a_server_killed_mid_run_is_named_and_the_others_keep_working() {
         const other = await openclaw.tools.call("mcp:memory:read_graph", {});
         return {first, second, other_ok: !other.result.is_error};
     "#;
-    let child = Command::new(bin())
+    let child = Command::new(BIN)
         .arg("--config")
         .arg(&config)
         .args(["code", "--timeout-ms", "30000", body, "--json"])
@@ -420,9 +406,8 @@ fn check_code_result(out: &Value) {
 fn the_sdk_client_runs_tool_search_code_over_stdio() {
     let (_dir, config) = setup("");
     let config = config.display().to_string();
-    let bin = bin().display().to_string();
     let out = sdk_client(
-        &["stdio", &bin, "--config", &config, "mcp", "serve"],
+        &["stdio", BIN, "--config", &config, "mcp", "serve"],
         json!({"calls": [
             {"name": "tool_search_code", "arguments": {"code": CODE_BODY}},
             {"name": "no_such_tool", "arguments": {}},
@@ -534,15 +519,9 @@ fn a_streamable_http_upstream_is_cataloged_and_called() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[catalog]\npaths = []\n[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
-        ),
-    )
-    .unwrap();
+    let (_dir, config) = config_with(&format!(
+        "[catalog]\npaths = []\n[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    ));
     let (code, out, all) = toolsearch(
         &config,
         &[
@@ -563,9 +542,7 @@ fn a_streamable_http_upstream_is_cataloged_and_called() {
 
 #[test]
 fn the_gateway_runs_a_turn_that_calls_an_mcp_tool() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock_config = dir.path().join("mock.toml");
-    std::fs::write(&mock_config, "").unwrap();
+    let (_mock_dir, mock_config) = config_with("");
     let (_mock, mock_url) =
         start_server(&mock_config, &["mock-provider", "--listen", "127.0.0.1:0"]);
     let (_dir, config) = setup(&format!("[provider]\nbase_url = \"{mock_url}/v1\"\n"));
@@ -594,16 +571,10 @@ fn the_gateway_runs_a_turn_that_calls_an_mcp_tool() {
 
 #[test]
 fn every_page_of_tools_list_is_followed() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[catalog]\npaths = []\n[mcp.servers.paged]\ncommand = \"node\"\nargs = [\"{}\"]\n",
-            mcp_dir().join("paged-server.mjs").display()
-        ),
-    )
-    .unwrap();
+    let (_dir, config) = config_with(&format!(
+        "[catalog]\npaths = []\n[mcp.servers.paged]\ncommand = \"node\"\nargs = [\"{}\"]\n",
+        mcp_dir().join("paged-server.mjs").display()
+    ));
     let (code, catalog, all) = toolsearch(&config, &["catalog", "--json"]);
     assert_eq!(code, 0, "{all}");
     let ids: Vec<&str> = field(&catalog["cataloged"], "id")
@@ -648,15 +619,9 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
         "node -e 'process.on(\"SIGTERM\", () => {{}}); setInterval(() => {{}}, 1000)' {marker} & exec node {} stdio",
         everything()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[catalog]\npaths = []\n[mcp.servers.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
-        ),
-    )
-    .unwrap();
+    let (_dir, config) = config_with(&format!(
+        "[catalog]\npaths = []\n[mcp.servers.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
+    ));
     for how in ["catalog", "serve-sigterm", "stdio-sigterm"] {
         match how {
             "catalog" => {
@@ -677,7 +642,7 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
             }
             _ => {
                 let mut serve = Guard(
-                    Command::new(bin())
+                    Command::new(BIN)
                         .arg("--config")
                         .arg(&config)
                         .args(["mcp", "serve"])
@@ -718,9 +683,7 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
 
 #[test]
 fn mcp_serve_listens_on_loopback_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(&config, "").unwrap();
+    let (_dir, config) = config_with("");
     let (code, _, all) = toolsearch(&config, &["mcp", "serve", "--listen", "0.0.0.0:0"]);
     assert_eq!(code, 2, "{all}");
     assert!(all.contains("only a loopback address"), "{all}");

@@ -6,8 +6,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 fn code(cache: &Path, state: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_toolsearch"))
+    let out = Command::new(common::BIN)
         .env("XDG_CACHE_HOME", cache)
         .env_remove("RUST_LOG")
         .arg("--state-dir")

@@ -44,11 +44,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
+mod common;
+use common::{BIN, GENEROUS, fixture};
+
 /// The variable holding the parent's secret.
 const SECRET_VAR: &str = "TOOLSEARCH_TEST_SECRET";
-
-/// Far more than any run needs; only catches a hang, never a slow machine.
-const GENEROUS: Duration = Duration::from_secs(20);
 
 /// The deadline of runs that should finish on their own: long, so a busy CI machine never
 /// turns a clean result into a timeout.
@@ -206,12 +206,6 @@ fn each_node(test: impl Fn(Case) + Sync) {
 // One test on one node: its folder, catalog, secrets and runs
 // ---------------------------------------------------------------------------------------
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/tests/sandbox")
-        .join(rel)
-}
-
 fn random_hex() -> String {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -246,7 +240,8 @@ impl Case {
             file_secret: format!("file-s3cr3t-{}", random_hex()),
             config: None,
         };
-        let catalog = fs::read_to_string(fixture("catalog.json")).expect("read the catalog");
+        let catalog =
+            fs::read_to_string(fixture("sandbox/catalog.json")).expect("read the catalog");
         case.write("catalog.json", catalog.replace("@DIR@", case.dir_str()));
         case.write("secret.txt", format!("{}\n", case.file_secret));
         case
@@ -285,7 +280,8 @@ impl Case {
 
     /// An `escaped_*` body: helpers, `outer-realm.js`, then `body`, filled in.
     fn escaped(&self, body: &str) -> String {
-        let prelude = fs::read_to_string(fixture("outer-realm.js")).expect("read outer-realm.js");
+        let prelude =
+            fs::read_to_string(fixture("sandbox/outer-realm.js")).expect("read outer-realm.js");
         self.fill(&format!("{HELPERS}\n{prelude}\n{body}"))
     }
 
@@ -299,7 +295,7 @@ impl Case {
     /// this folder, on this node, with the secret in its environment. Returns within
     /// [`GENEROUS`] or fails; asserts no panic, no death by signal, and no sandbox child left.
     fn toolsearch(&self, args: &[&str]) -> Run {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolsearch"));
+        let mut cmd = Command::new(BIN);
         cmd.current_dir(self.path())
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
@@ -888,7 +884,7 @@ fn control_the_marker_and_the_secret_checks_can_fail() {
 fn control_the_leftover_check_sees_a_live_child() {
     each_node(|case| {
         // While a run spins, its child is found by the same scan that checks for leftovers.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolsearch"))
+        let mut child = Command::new(BIN)
             .current_dir(case.path())
             .env_remove("RUST_LOG")
             .env("TOOLSEARCH_NODE", &case.node.path)
@@ -951,7 +947,7 @@ return [
 /// `toString`, an unhandled rejection, `console.log` of an error, a bridge call), fired at
 /// every depth near stack exhaustion, in `mode`; no outer-realm object may come back.
 fn outer_realm_family(mode: &str) {
-    let kit = fs::read_to_string(fixture("realm-kit.js")).expect("read realm-kit.js");
+    let kit = fs::read_to_string(fixture("sandbox/realm-kit.js")).expect("read realm-kit.js");
     let triggers = "['stack', 'typeErrorStack', 'capture', 'import', 'toStringOfError', 'rejectUnhandled', 'logAnError', 'bridgeCall']";
     let body = format!("const TRIGGERS = {triggers};\nconst MODE = '{mode}';\n{kit}");
     each_node(|case| {

@@ -7,18 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use toolsearch::sandbox::protocol::BridgeMethod;
-use toolsearch::sandbox::{Bridge, BridgeFuture, Sandbox, SandboxPolicy};
+use serde_json::json;
+use toolsearch::sandbox::{Sandbox, SandboxPolicy};
 
-struct Echo;
-
-impl Bridge for Echo {
-    fn call(&self, _: BridgeMethod, args: Vec<Value>, _: CancellationToken) -> BridgeFuture<'_> {
-        Box::pin(async move { Ok(json!(args)) })
-    }
-}
+mod common;
+use common::Echo;
 
 #[test]
 fn with_fd_3_free_every_barrier_applies_and_runs_work() {

@@ -6,18 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use toolsearch::sandbox::protocol::BridgeMethod;
-use toolsearch::sandbox::{Bridge, BridgeFuture, Sandbox, SandboxPolicy};
+use serde_json::json;
+use toolsearch::sandbox::{Sandbox, SandboxPolicy};
 
-struct Echo;
-
-impl Bridge for Echo {
-    fn call(&self, _: BridgeMethod, args: Vec<Value>, _: CancellationToken) -> BridgeFuture<'_> {
-        Box::pin(async move { Ok(json!(args)) })
-    }
-}
+mod common;
+use common::Echo;
 
 #[test]
 fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {

@@ -3,10 +3,11 @@
 use assert_cmd::Command;
 use serde_json::Value;
 
+mod common;
+
 fn surface(args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::cargo_bin("toolsearch")
-        .unwrap()
+    let out = Command::new(common::BIN)
         .current_dir(dir.path())
         .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
         .arg("surface")
@@ -65,22 +66,15 @@ fn the_summary_and_request_match_for_every_provider_and_mode() {
 
 #[test]
 fn the_same_inputs_give_the_same_bytes() {
-    let a = surface(&[
+    let args = [
         "--mode",
         "directory",
         "--provider",
         "openai-responses",
         "--prompt",
         "x y",
-    ]);
-    let b = surface(&[
-        "--mode",
-        "directory",
-        "--provider",
-        "openai-responses",
-        "--prompt",
-        "x y",
-    ]);
+    ];
+    let (a, b) = (surface(&args), surface(&args));
     assert_eq!(
         serde_json::to_string(&a["request"]).unwrap(),
         serde_json::to_string(&b["request"]).unwrap()

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::json;
 
 use super::*;
-use crate::catalog::{CatalogMode, ExecutorSpec, Facts, Schema, Source, ToolDescriptor};
+use crate::catalog::{ExecutorSpec, Facts, Source, ToolDescriptor};
 use crate::config::Config;
 use crate::dispatch::DispatcherBuilder;
 use crate::executors::{ExecCall, ExecFuture, Executor, Executors, ToolOutput};
@@ -109,32 +109,18 @@ impl AfterToolCall for StopHook {
 }
 
 fn tool(name: &str, executor: ExecutorSpec, mode: ExecutionMode) -> ToolDescriptor {
-    ToolDescriptor {
-        name: name.into(),
-        description: format!("{name}: a test tool"),
-        input_schema: Schema::from_value(
-            &json!({"type": "object", "properties": {"title": {"type": "string"}}}),
-        ),
-        output_schema: None,
-        label: None,
-        source: if matches!(executor, ExecutorSpec::Client) {
-            Source::Client
-        } else {
-            Source::Openclaw
-        },
-        source_name: if matches!(executor, ExecutorSpec::Client) {
-            "client".into()
-        } else {
-            "core".into()
-        },
-        catalog_mode: CatalogMode::Catalog,
-        availability: None,
-        executor: Some(executor),
-        tags: vec![],
-        sort_key: None,
-        execution_mode: mode,
-        origin: "test".into(),
-    }
+    let (source, source_name) = if matches!(executor, ExecutorSpec::Client) {
+        (Source::Client, "client")
+    } else {
+        (Source::Openclaw, "core")
+    };
+    ToolDescriptor::builder(source, source_name, name)
+        .description(format!("{name}: a test tool"))
+        .input_schema(&json!({"type": "object", "properties": {"title": {"type": "string"}}}))
+        .executor(executor)
+        .execution_mode(mode)
+        .origin("test")
+        .build()
 }
 
 fn fixture(text: &str, details: Option<Value>) -> ExecutorSpec {

@@ -147,6 +147,78 @@ impl ToolDescriptor {
     }
 }
 
+/// Builds a [`ToolDescriptor`] in code, for the places that make one without a catalog
+/// file (evaluation data sets, tests). Start with [`ToolDescriptor::builder`]; a field not
+/// set is empty or the default: no description, the input schema `{"type": "object"}`, no
+/// output schema, label, availability, executor, tags or sort key, [`CatalogMode::Catalog`],
+/// [`ExecutionMode::Parallel`] and an empty origin. The setters are for the fields such
+/// code varies; every field is public for the rest.
+///
+/// [`build`](Self::build) does not run the checks the catalog loaders run (name length,
+/// schema size): a descriptor made here is trusted to be well formed.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ToolDescriptorBuilder(ToolDescriptor);
+
+impl ToolDescriptor {
+    /// A builder for the tool `name` of `source_name` (a plugin id, server name or
+    /// `client`) from `source`; its id is `{source}:{source_name}:{name}`.
+    pub fn builder(
+        source: Source,
+        source_name: impl Into<String>,
+        name: impl Into<String>,
+    ) -> ToolDescriptorBuilder {
+        ToolDescriptorBuilder(ToolDescriptor {
+            name: name.into(),
+            description: String::new(),
+            input_schema: Schema::from_value(&serde_json::json!({"type": "object"})),
+            output_schema: None,
+            label: None,
+            source,
+            source_name: source_name.into(),
+            catalog_mode: CatalogMode::default(),
+            availability: None,
+            executor: None,
+            tags: Vec::new(),
+            sort_key: None,
+            execution_mode: ExecutionMode::default(),
+            origin: String::new(),
+        })
+    }
+}
+
+impl ToolDescriptorBuilder {
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.0.description = description.into();
+        self
+    }
+
+    pub fn input_schema(mut self, schema: &Value) -> Self {
+        self.0.input_schema = Schema::from_value(schema);
+        self
+    }
+
+    pub fn executor(mut self, executor: ExecutorSpec) -> Self {
+        self.0.executor = Some(executor);
+        self
+    }
+
+    pub fn execution_mode(mut self, mode: ExecutionMode) -> Self {
+        self.0.execution_mode = mode;
+        self
+    }
+
+    /// Where the descriptor came from, as diagnostics name it (`test`, `file#/tools/3`).
+    pub fn origin(mut self, origin: impl Into<String>) -> Self {
+        self.0.origin = origin.into();
+        self
+    }
+
+    pub fn build(self) -> ToolDescriptor {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +239,35 @@ mod tests {
                 ])
             ])
         );
+    }
+
+    #[test]
+    fn the_builder_gives_catalog_defaults_and_takes_its_setters() {
+        let plain = ToolDescriptor::builder(Source::Mcp, "files", "read").build();
+        assert_eq!(plain.id(), "mcp:files:read");
+        assert_eq!(
+            plain.input_schema.value(),
+            serde_json::json!({"type": "object"})
+        );
+        assert_eq!(plain.catalog_mode, CatalogMode::Catalog);
+        assert_eq!(plain.execution_mode, ExecutionMode::Parallel);
+        assert!(plain.description.is_empty() && plain.origin.is_empty());
+        assert!(plain.executor.is_none() && plain.tags.is_empty());
+        let set = ToolDescriptor::builder(Source::Client, "client", "pick")
+            .description("Pick a file.")
+            .input_schema(&serde_json::json!({"type": "object", "required": ["x"]}))
+            .executor(ExecutorSpec::Client)
+            .execution_mode(ExecutionMode::Sequential)
+            .origin("test")
+            .build();
+        assert_eq!(set.description, "Pick a file.");
+        assert_eq!(
+            set.input_schema.value()["required"],
+            serde_json::json!(["x"])
+        );
+        assert_eq!(set.executor, Some(ExecutorSpec::Client));
+        assert_eq!(set.execution_mode, ExecutionMode::Sequential);
+        assert_eq!(set.origin, "test");
     }
 
     #[test]

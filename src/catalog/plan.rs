@@ -404,31 +404,18 @@ fn is_set(v: &toml::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::descriptor::{ExecutionMode, ExecutorSpec};
+    use crate::catalog::descriptor::ExecutorSpec;
     use std::path::Path;
 
     fn tool(source: Source, source_name: &str, name: &str) -> ToolDescriptor {
-        ToolDescriptor {
-            name: name.into(),
-            description: format!("{name} tool"),
-            input_schema: crate::catalog::Schema::from_value(
-                &serde_json::json!({"type": "object"}),
-            ),
-            output_schema: None,
-            label: None,
-            source,
-            source_name: source_name.into(),
-            catalog_mode: CatalogMode::Catalog,
-            availability: None,
-            executor: Some(ExecutorSpec::Fixture {
+        ToolDescriptor::builder(source, source_name, name)
+            .description(format!("{name} tool"))
+            .executor(ExecutorSpec::Fixture {
                 text: "ok".into(),
                 details: None,
-            }),
-            tags: vec![],
-            sort_key: None,
-            execution_mode: ExecutionMode::Parallel,
-            origin: format!("test:{source_name}:{name}"),
-        }
+            })
+            .origin(format!("test:{source_name}:{name}"))
+            .build()
     }
 
     fn config(text: &str) -> Config {

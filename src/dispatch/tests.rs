@@ -7,34 +7,22 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::catalog::{
-    CatalogMode, ExecutionMode, ExecutorSpec, Facts, Schema, Source, ToolDescriptor,
-};
+use crate::catalog::{ExecutorSpec, Facts, Source, ToolDescriptor};
 use crate::executors::{ExecFuture, Executor};
 use crate::policy::approval::ApprovalFuture;
 use crate::policy::hooks::{AfterChange, HookFuture};
 
 fn tool(source: Source, source_name: &str, name: &str, executor: ExecutorSpec) -> ToolDescriptor {
-    ToolDescriptor {
-        name: name.into(),
-        description: format!("{name} tool"),
-        input_schema: Schema::from_value(&json!({
+    ToolDescriptor::builder(source, source_name, name)
+        .description(format!("{name} tool"))
+        .input_schema(&json!({
             "type": "object",
             "properties": {"title": {"type": "string"}, "count": {"type": "integer"}},
             "required": ["title"]
-        })),
-        output_schema: None,
-        label: None,
-        source,
-        source_name: source_name.into(),
-        catalog_mode: CatalogMode::Catalog,
-        availability: None,
-        executor: Some(executor),
-        tags: vec![],
-        sort_key: None,
-        execution_mode: ExecutionMode::Parallel,
-        origin: "test".into(),
-    }
+        }))
+        .executor(executor)
+        .origin("test")
+        .build()
 }
 
 fn fixture() -> ExecutorSpec {

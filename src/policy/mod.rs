@@ -99,27 +99,12 @@ fn compile_rule(level: &str, config: &PolicyLevel, toolsets: &Toolsets) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{CatalogMode, ExecutionMode, Source, ToolDescriptor};
+    use crate::catalog::{Source, ToolDescriptor};
 
     fn tool(source: Source, source_name: &str, name: &str) -> ToolDescriptor {
-        ToolDescriptor {
-            name: name.into(),
-            description: String::new(),
-            input_schema: crate::catalog::Schema::from_value(
-                &serde_json::json!({"type": "object"}),
-            ),
-            output_schema: None,
-            label: None,
-            source,
-            source_name: source_name.into(),
-            catalog_mode: CatalogMode::Catalog,
-            availability: None,
-            executor: None,
-            tags: vec![],
-            sort_key: None,
-            execution_mode: ExecutionMode::Parallel,
-            origin: "test".into(),
-        }
+        ToolDescriptor::builder(source, source_name, name)
+            .origin("test")
+            .build()
     }
 
     fn policy(toml_text: &str) -> Policy {
