@@ -15,6 +15,7 @@
 
 pub mod normalize;
 pub mod payload;
+pub mod schema;
 
 #[cfg(test)]
 mod tests;
@@ -108,7 +109,7 @@ pub struct Request<'a> {
     /// Sent in the body by every format but Google's, which takes it in the URL.
     pub model: &'a str,
     /// OpenAI Responses strict mode: schemas are rewritten to what strict mode accepts
-    /// (see [`payload`]).
+    /// (see [`schema`]).
     pub strict: bool,
     /// Google: send `parameters` reduced to Gemini's OpenAPI 3.0 subset instead of
     /// `parametersJsonSchema` (for models or endpoints without JSON Schema support).

@@ -11,9 +11,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::normalize::{StreamAssembler, parse_sse, tool_calls};
-use super::payload::{
-    MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS, request_body, summary, tool_bytes, tools_part,
-};
+use super::payload::{request_body, summary, tool_bytes, tools_part};
+use super::schema::{MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS};
 use super::*;
 
 // ---------------------------------------------------------------------------------------
