@@ -104,7 +104,9 @@ impl FromStr for Provider {
 pub struct Request<'a> {
     /// The system prompt; empty means none is sent.
     pub system: &'a str,
-    pub prompt: &'a str,
+    /// The conversation so far, oldest first. The first request of a turn (what `surface`
+    /// reports) is `[Item::User(prompt)]`.
+    pub conversation: &'a [Item<'a>],
     pub tools: &'a [ToolSpec],
     /// Sent in the body by every format but Google's, which takes it in the URL.
     pub model: &'a str,
@@ -114,6 +116,27 @@ pub struct Request<'a> {
     /// Google: send `parameters` reduced to Gemini's OpenAPI 3.0 subset instead of
     /// `parametersJsonSchema` (for models or endpoints without JSON Schema support).
     pub google_legacy: bool,
+}
+
+/// One item of the conversation a request carries, provider-neutral. Tool names are
+/// catalog names: the body sends their [`WireNames`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Item<'a> {
+    /// What the user said.
+    User(&'a str),
+    /// One answer of the model: its text (may be empty) and the tool calls it made.
+    Assistant {
+        text: &'a str,
+        calls: &'a [ToolCall],
+    },
+    /// The result of one tool call, as the model reads it.
+    ToolResult {
+        call_id: &'a str,
+        /// The tool that was called (Gemini matches results by name, not id).
+        name: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
 }
 
 /// One tool call, whatever provider it came from.

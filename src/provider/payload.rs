@@ -17,37 +17,41 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::schema::{gemini_parameters, plain_schema, strict_parameters};
-use super::{Provider, Request, ToolSpec, WireNames};
+use super::{Item, Provider, Request, ToolCall, ToolSpec, WireNames};
 
 /// `max_tokens` is required by the Anthropic Messages API; 1024 is enough for a turn that
 /// mostly calls tools, and fixed so bodies are comparable.
 pub const ANTHROPIC_MAX_TOKENS: u64 = 1024;
 
-/// The request body for `provider`.
+/// The request body for `provider`: the system prompt, the conversation (each [`Item`] as
+/// the private `conversation` says) and the tools.
 ///
-/// - Chat Completions: `{model, messages: [system?, user], tools?: [{type: "function",
+/// - Chat Completions: `{model, messages: [system?, ...], tools?: [{type: "function",
 ///   function: {name, description, parameters}}]}`, tools in the given order.
-/// - Responses: `{model, instructions?, input: [user], tools?: [{type: "function", name,
+/// - Responses: `{model, instructions?, input: [...], tools?: [{type: "function", name,
 ///   description, parameters, strict}]}`, tools sorted by wire name so that the prefix a
 ///   provider caches does not move when a catalog is reloaded in another order.
-/// - Anthropic: `{model, max_tokens, system?, messages: [user], tools?: [{name,
+/// - Anthropic: `{model, max_tokens, system?, messages: [...], tools?: [{name,
 ///   description, input_schema}]}`, with `cache_control: {type: "ephemeral"}` on the last
 ///   tool: one breakpoint caches the whole tool prefix.
-/// - Google: `{systemInstruction?, contents: [user], tools?: [{functionDeclarations:
+/// - Google: `{systemInstruction?, contents: [...], tools?: [{functionDeclarations:
 ///   [{name, description, parametersJsonSchema}]}]}` (or `parameters` in the OpenAPI
 ///   subset with `google_legacy`); the model is part of the URL, not the body.
+///
+/// Transport options (`stream`) are the sender's to add.
 pub fn request_body(provider: Provider, request: &Request) -> Value {
     let names = WireNames::new(provider, request.tools);
     let tools = tools_with_names(provider, request, &names);
+    let mut conversation = conversation(provider, request.conversation, &names);
     let mut body = Map::new();
     match provider {
         Provider::OpenaiCompletions => {
             body.insert("model".into(), json!(request.model));
-            let mut messages = Vec::with_capacity(2);
+            let mut messages = Vec::with_capacity(request.conversation.len() + 1);
             if !request.system.is_empty() {
                 messages.push(json!({"role": "system", "content": request.system}));
             }
-            messages.push(json!({"role": "user", "content": request.prompt}));
+            messages.append(&mut conversation);
             body.insert("messages".into(), Value::Array(messages));
         }
         Provider::OpenaiResponses => {
@@ -55,10 +59,7 @@ pub fn request_body(provider: Provider, request: &Request) -> Value {
             if !request.system.is_empty() {
                 body.insert("instructions".into(), json!(request.system));
             }
-            body.insert(
-                "input".into(),
-                json!([{"role": "user", "content": request.prompt}]),
-            );
+            body.insert("input".into(), Value::Array(conversation));
         }
         Provider::Anthropic => {
             body.insert("model".into(), json!(request.model));
@@ -66,10 +67,7 @@ pub fn request_body(provider: Provider, request: &Request) -> Value {
             if !request.system.is_empty() {
                 body.insert("system".into(), json!(request.system));
             }
-            body.insert(
-                "messages".into(),
-                json!([{"role": "user", "content": request.prompt}]),
-            );
+            body.insert("messages".into(), Value::Array(conversation));
         }
         Provider::Google => {
             if !request.system.is_empty() {
@@ -78,10 +76,7 @@ pub fn request_body(provider: Provider, request: &Request) -> Value {
                     json!({"parts": [{"text": request.system}]}),
                 );
             }
-            body.insert(
-                "contents".into(),
-                json!([{"role": "user", "parts": [{"text": request.prompt}]}]),
-            );
+            body.insert("contents".into(), Value::Array(conversation));
         }
     }
     if let Some(tools) = tools {
@@ -100,7 +95,7 @@ pub fn tools_part(provider: Provider, request: &Request) -> Option<Value> {
 pub fn tool_bytes(provider: Provider, tools: &[ToolSpec]) -> usize {
     let request = Request {
         system: "",
-        prompt: "",
+        conversation: &[],
         tools,
         model: "",
         strict: false,
@@ -226,4 +221,235 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
             json!([{"functionDeclarations": declarations}])
         }
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// The conversation
+// ---------------------------------------------------------------------------------------
+
+/// The conversation as `provider`'s messages (Chat, Anthropic), input items (Responses) or
+/// contents (Google), in order. Calls and results carry the wire names of `names`; a name
+/// outside the list (a model that invented a tool) is sent as the model called it.
+///
+/// - Chat Completions: `{role: "user", content}`; the model's answer is
+///   [`chat_assistant_message`]; a result is `{role: "tool", tool_call_id, content}`.
+/// - Responses: `{role: "user", content}`; the model's text, when it has any, is
+///   `{role: "assistant", content}`, then each call is a [`responses_function_call`]; a
+///   result is `{type: "function_call_output", call_id, output}`.
+/// - Anthropic: `{role: "user", content}`; the model's answer is `{role: "assistant",
+///   content}` with the text alone, or with blocks when it called tools: the text when it
+///   has any, then `{type: "tool_use", id, name, input}` per call. Consecutive results
+///   share one user message of `{type: "tool_result", tool_use_id, content, is_error?}`
+///   blocks: the API wants a batch's results together, right after its calls.
+/// - Google: `{role: "user", parts: [{text}]}`; the model's answer is `{role: "model",
+///   parts}`: the text when it has any (the empty text when it has nothing at all), then
+///   `{functionCall: {name, args}}` per call. Consecutive results share one user content of
+///   `{functionResponse: {name, response: {output}}}` parts (`{error}` for a failed call).
+///   No ids are sent: Gemini pairs results with calls by name and order, and an id it did
+///   not give (`call_<n>`) would be ours, not its.
+fn conversation(provider: Provider, items: &[Item], names: &WireNames) -> Vec<Value> {
+    match provider {
+        Provider::OpenaiCompletions => chat_messages(items, names),
+        Provider::OpenaiResponses => responses_input(items, names),
+        Provider::Anthropic => anthropic_messages(items, names),
+        Provider::Google => google_contents(items, names),
+    }
+}
+
+/// The Chat Completions assistant message of one answer of the model: `content` its text
+/// (`null` when empty) and `tool_calls` (left out when there are none), each `{id, type:
+/// "function", function: {name, arguments}}` with the arguments as JSON text and the name
+/// the call carries. It is also the `message` of a Chat Completions response.
+pub fn chat_assistant_message(text: &str, calls: &[ToolCall]) -> Value {
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    };
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .map(|c| {
+                json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments.to_string()},
+                })
+            })
+            .collect();
+    }
+    message
+}
+
+/// A Responses `function_call` item `{type, call_id, name, arguments}`, the arguments as
+/// JSON text and the name the call carries: the input item that repeats a call of the
+/// model, and the core of the output item a response carries for it.
+pub fn responses_function_call(call: &ToolCall) -> Value {
+    json!({
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments.to_string(),
+    })
+}
+
+/// `calls` with the names the provider gets.
+fn on_wire(calls: &[ToolCall], names: &WireNames) -> Vec<ToolCall> {
+    calls
+        .iter()
+        .map(|c| ToolCall {
+            id: c.id.clone(),
+            name: names.wire_name(&c.name).to_string(),
+            arguments: c.arguments.clone(),
+        })
+        .collect()
+}
+
+fn chat_messages(items: &[Item], names: &WireNames) -> Vec<Value> {
+    items
+        .iter()
+        .map(|item| match *item {
+            Item::User(text) => json!({"role": "user", "content": text}),
+            Item::Assistant { text, calls } => chat_assistant_message(text, &on_wire(calls, names)),
+            Item::ToolResult {
+                call_id, content, ..
+            } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+        })
+        .collect()
+}
+
+fn responses_input(items: &[Item], names: &WireNames) -> Vec<Value> {
+    let mut input = Vec::with_capacity(items.len());
+    for item in items {
+        match *item {
+            Item::User(text) => input.push(json!({"role": "user", "content": text})),
+            Item::Assistant { text, calls } => {
+                if !text.is_empty() {
+                    input.push(json!({"role": "assistant", "content": text}));
+                }
+                input.extend(on_wire(calls, names).iter().map(responses_function_call));
+            }
+            Item::ToolResult {
+                call_id, content, ..
+            } => input.push(
+                json!({"type": "function_call_output", "call_id": call_id, "output": content}),
+            ),
+        }
+    }
+    input
+}
+
+fn anthropic_messages(items: &[Item], names: &WireNames) -> Vec<Value> {
+    let mut messages = Results::new("content");
+    for item in items {
+        match *item {
+            Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+            Item::Assistant { text, calls: [] } => {
+                messages.push(json!({"role": "assistant", "content": text}));
+            }
+            Item::Assistant { text, calls } => {
+                let mut blocks = Vec::with_capacity(calls.len() + 1);
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                blocks.extend(calls.iter().map(|c| {
+                    json!({
+                        "type": "tool_use",
+                        "id": c.id,
+                        "name": names.wire_name(&c.name),
+                        "input": c.arguments,
+                    })
+                }));
+                messages.push(json!({"role": "assistant", "content": blocks}));
+            }
+            Item::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
+                if is_error {
+                    block["is_error"] = json!(true);
+                }
+                messages.push_result(block);
+            }
+        }
+    }
+    messages.done
+}
+
+fn google_contents(items: &[Item], names: &WireNames) -> Vec<Value> {
+    let mut contents = Results::new("parts");
+    for item in items {
+        match *item {
+            Item::User(text) => contents.push(json!({"role": "user", "parts": [{"text": text}]})),
+            Item::Assistant { text, calls } => {
+                let mut parts = Vec::with_capacity(calls.len() + 1);
+                if !text.is_empty() || calls.is_empty() {
+                    parts.push(json!({"text": text}));
+                }
+                parts.extend(calls.iter().map(|c| {
+                    json!({"functionCall": {"name": names.wire_name(&c.name), "args": c.arguments}})
+                }));
+                contents.push(json!({"role": "model", "parts": parts}));
+            }
+            Item::ToolResult {
+                name,
+                content,
+                is_error,
+                ..
+            } => {
+                let key = if is_error { "error" } else { "output" };
+                let mut response = Map::new();
+                response.insert(key.into(), json!(content));
+                contents.push_result(json!({"functionResponse": {
+                    "name": names.wire_name(name),
+                    "response": response,
+                }}));
+            }
+        }
+    }
+    contents.done
+}
+
+/// Messages being built for a format whose tool results of one batch share a user message
+/// (Anthropic, Google), under `key` (`content`, `parts`).
+struct Results {
+    key: &'static str,
+    done: Vec<Value>,
+    /// The last message is a user message of results, which the next result joins.
+    open: bool,
+}
+
+impl Results {
+    fn new(key: &'static str) -> Self {
+        Results {
+            key,
+            done: Vec::new(),
+            open: false,
+        }
+    }
+
+    fn push(&mut self, message: Value) {
+        self.done.push(message);
+        self.open = false;
+    }
+
+    fn push_result(&mut self, part: Value) {
+        if self.open
+            && let Some(Value::Array(parts)) =
+                self.done.last_mut().and_then(|m| m.get_mut(self.key))
+        {
+            parts.push(part);
+            return;
+        }
+        let mut message = Map::new();
+        message.insert("role".into(), json!("user"));
+        message.insert(self.key.into(), Value::Array(vec![part]));
+        self.done.push(Value::Object(message));
+        self.open = true;
+    }
 }
