@@ -1006,6 +1006,26 @@ fn parse_sse_rules() {
 }
 
 #[test]
+fn parse_sse_skips_lines_that_are_not_sse_and_reads_every_line_ending() {
+    // A stray line, a duplicated `event:` and a `retry:` that is not a number cost only
+    // themselves: the event around them keeps its data.
+    let text = "data: {\"a\":\n\
+        this is not an SSE line\n\
+        event: x\n\
+        event: y\n\
+        retry: soon\n\
+        data: 1}\n\
+        \n\
+        data: {\"b\":2}\n\n";
+    assert_eq!(parse_sse(text), [json!({"a": 1}), json!({"b": 2})]);
+    // CR alone ends a line too, and a leading byte order mark is not part of the first line.
+    assert_eq!(
+        parse_sse("\u{feff}data: {\"a\":1}\r\rdata: {\"b\":2}\r"),
+        [json!({"a": 1}), json!({"b": 2})]
+    );
+}
+
+#[test]
 fn completions_stream() {
     let calls = assemble(
         Provider::OpenaiCompletions,
