@@ -1,15 +1,18 @@
 //! The mock provider over real HTTP: a server on `127.0.0.1:0`, requests built turn by
 //! turn, answers read back with the project's own normaliser.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::encode::fragments;
+use super::play::qa_target_in;
 use super::*;
 use crate::provider::{Provider, StreamAssembler, ToolCall, parse_sse, tool_calls};
+use crate::surface::{TOOL_CALL, TOOL_SEARCH, TOOL_SEARCH_CODE};
 
 const RESPONSES: Provider = Provider::OpenaiResponses;
 const CHAT: Provider = Provider::OpenaiCompletions;
