@@ -1,6 +1,11 @@
 //! The model client over HTTP: OpenAI Responses or Chat Completions against any compatible
 //! base URL, streamed (SSE) or not, with a timeout and retries with backoff on 429 and 5xx.
 //!
+//! It builds no body of its own: what it sends is [`payload::request_body`]'s, the body
+//! `toolsearch surface` reports and QA measures, with the whole conversation. The tool
+//! calls of an answer are read with [`crate::provider::normalize`]; only its text (the two
+//! OpenAI shapes) is picked out here.
+//!
 //! The API key is read from the variable `provider.api_key_env` names, sent as a bearer
 //! token, and never written to logs, errors or session files. A streamed answer is read
 //! whole and then assembled (tool calls need every fragment anyway); the turn's latency is

@@ -1,17 +1,22 @@
-//! Provider formats: the request body each model API receives for a tool list, and the
-//! tool calls each API sends back, normalised to one shape.
+//! Provider formats: the request body each model API receives for a tool list and a
+//! conversation, and the tool calls each API sends back, normalised to one shape.
 //!
 //! Four formats (SPEC section 11): OpenAI Chat Completions, OpenAI Responses, Anthropic
 //! Messages and Google Gemini `generateContent`. The flow, one way:
 //!
-//! - out: [`ToolSpec`]s (provider-neutral) -> [`WireNames`] (names the provider accepts) ->
-//!   [`payload::request_body`] (the exact, byte-stable body);
-//! - in: a response or a stream of events -> [`normalize::tool_calls`] or
-//!   [`normalize::StreamAssembler`] -> [`ToolCall`]s `{id, name, arguments: object}` ->
-//!   [`ToolCall::with_original_names`] (back to catalog names).
+//! - out: [`ToolSpec`]s and the conversation's [`Item`]s (provider-neutral) ->
+//!   [`WireNames`] (names the provider accepts) -> [`payload::request_body`] (the exact,
+//!   byte-stable body; [`schema`] shapes each tool's schema for the format);
+//! - in: a response -> [`normalize::tool_calls`], or the events of a stream (an SSE body
+//!   read by [`normalize::parse_sse`]) -> [`normalize::StreamAssembler`]; either gives
+//!   [`ToolCall`]s `{id, name, arguments: object}` -> [`ToolCall::with_original_names`]
+//!   (back to catalog names).
 //!
-//! Nothing here talks to the network: the gateway and the mock provider do, and they build
-//! on these two halves so the QA end-to-end compares exactly what a provider would get.
+//! Nothing here talks to the network, and nothing here knows the agent loop. There is one
+//! encoder: `toolsearch surface` prints what [`payload::request_body`] builds for one
+//! prompt, the gateway's client sends what it builds for the whole conversation, and the
+//! mock provider answers with its assistant shapes. So what `surface` reports and what QA
+//! measures (the bodies the mock recorded) is what a provider gets.
 
 pub mod normalize;
 pub mod payload;

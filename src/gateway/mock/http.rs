@@ -30,7 +30,7 @@ use crate::provider::Provider;
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 impl MockProvider {
-    /// The routes of the module documentation, with the body limit.
+    /// The routes of [the module documentation](super), with the body limit.
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/v1/responses", post(responses))
