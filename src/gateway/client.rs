@@ -1,6 +1,11 @@
 //! The model client over HTTP: OpenAI Responses or Chat Completions against any compatible
 //! base URL, streamed (SSE) or not, with a timeout and retries with backoff on 429 and 5xx.
 //!
+//! It builds no body of its own: what it sends is [`payload::request_body`]'s, the body
+//! `toolsearch surface` reports and QA measures, with the whole conversation. The tool
+//! calls of an answer are read with [`crate::provider::normalize`]; only its text (the two
+//! OpenAI shapes) is picked out here.
+//!
 //! The API key is read from the variable `provider.api_key_env` names, sent as a bearer
 //! token, and never written to logs, errors or session files. A streamed answer is read
 //! whole and then assembled (tool calls need every fragment anyway); the turn's latency is
@@ -13,8 +18,7 @@ use serde_json::{Value, json};
 use crate::agent::{Message, Model, ModelFuture, ModelReply, ModelRequest};
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{StreamAssembler, parse_sse, tool_calls};
-use crate::provider::payload::tools_part;
-use crate::provider::{Provider, Request, WireNames};
+use crate::provider::{Item, Provider, Request, WireNames, payload};
 
 /// An OpenAI-compatible provider.
 pub struct HttpModel {
@@ -72,85 +76,22 @@ impl HttpModel {
         }
     }
 
-    /// The request body for this conversation.
+    /// The request body for this conversation: the provider's body for the surface, built
+    /// by [`payload::request_body`] as `toolsearch surface` reports it, with the whole
+    /// conversation and, when streaming, `"stream": true`.
     pub fn body(&self, request: &ModelRequest) -> Value {
-        let tools = tools_part(
+        let conversation: Vec<Item> = request.messages.iter().map(item_of).collect();
+        let mut body = payload::request_body(
             self.provider,
             &Request {
-                system: "",
-                prompt: "",
+                system: &request.system,
+                conversation: &conversation,
                 tools: &request.tools,
                 model: &self.model,
                 strict: false,
                 google_legacy: false,
             },
         );
-        let names = WireNames::new(self.provider, &request.tools);
-        let mut body = match self.provider {
-            Provider::OpenaiCompletions => {
-                let mut messages = Vec::new();
-                if !request.system.is_empty() {
-                    messages.push(json!({"role": "system", "content": request.system}));
-                }
-                for m in &request.messages {
-                    match m {
-                        Message::User { content } => {
-                            messages.push(json!({"role": "user", "content": content}))
-                        }
-                        Message::Assistant {
-                            content,
-                            tool_calls,
-                        } => {
-                            let mut msg = json!({"role": "assistant", "content": if content.is_empty() { Value::Null } else { json!(content) }});
-                            if !tool_calls.is_empty() {
-                                msg["tool_calls"] = tool_calls
-                                    .iter()
-                                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": names.wire_name(&c.name), "arguments": c.arguments.to_string()}}))
-                                    .collect();
-                            }
-                            messages.push(msg);
-                        }
-                        Message::Tool {
-                            call_id, content, ..
-                        } => messages.push(
-                            json!({"role": "tool", "tool_call_id": call_id, "content": content}),
-                        ),
-                    }
-                }
-                json!({"model": self.model, "messages": messages})
-            }
-            _ => {
-                let mut input = Vec::new();
-                for m in &request.messages {
-                    match m {
-                        Message::User { content } => {
-                            input.push(json!({"role": "user", "content": content}))
-                        }
-                        Message::Assistant { content, tool_calls } => {
-                            if !content.is_empty() {
-                                input.push(json!({"role": "assistant", "content": content}));
-                            }
-                            for c in tool_calls {
-                                input.push(json!({"type": "function_call", "call_id": c.id, "name": names.wire_name(&c.name), "arguments": c.arguments.to_string()}));
-                            }
-                        }
-                        Message::Tool {
-                            call_id, content, ..
-                        } => input.push(
-                            json!({"type": "function_call_output", "call_id": call_id, "output": content}),
-                        ),
-                    }
-                }
-                let mut body = json!({"model": self.model, "input": input});
-                if !request.system.is_empty() {
-                    body["instructions"] = json!(request.system);
-                }
-                body
-            }
-        };
-        if let Some(t) = tools {
-            body["tools"] = t;
-        }
         if self.stream {
             body["stream"] = json!(true);
         }
@@ -252,6 +193,31 @@ impl Model for HttpModel {
             let text = self.send(&body).await?;
             self.parse(&text, request)
         })
+    }
+}
+
+/// The agent's message as the provider layer encodes it.
+fn item_of(message: &Message) -> Item<'_> {
+    match message {
+        Message::User { content } => Item::User(content),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => Item::Assistant {
+            text: content,
+            calls: tool_calls,
+        },
+        Message::Tool {
+            call_id,
+            name,
+            content,
+            is_error,
+        } => Item::ToolResult {
+            call_id,
+            name,
+            content,
+            is_error: *is_error,
+        },
     }
 }
 

@@ -1,20 +1,26 @@
-//! Provider formats: the request body each model API receives for a tool list, and the
-//! tool calls each API sends back, normalised to one shape.
+//! Provider formats: the request body each model API receives for a tool list and a
+//! conversation, and the tool calls each API sends back, normalised to one shape.
 //!
 //! Four formats: OpenAI Chat Completions, OpenAI Responses, Anthropic
 //! Messages and Google Gemini `generateContent`. The flow, one way:
 //!
-//! - out: [`ToolSpec`]s (provider-neutral) -> [`WireNames`] (names the provider accepts) ->
-//!   [`payload::request_body`] (the exact, byte-stable body);
-//! - in: a response or a stream of events -> [`normalize::tool_calls`] or
-//!   [`normalize::StreamAssembler`] -> [`ToolCall`]s `{id, name, arguments: object}` ->
-//!   [`ToolCall::with_original_names`] (back to catalog names).
+//! - out: [`ToolSpec`]s and the conversation's [`Item`]s (provider-neutral) ->
+//!   [`WireNames`] (names the provider accepts) -> [`payload::request_body`] (the exact,
+//!   byte-stable body; [`schema`] shapes each tool's schema for the format);
+//! - in: a response -> [`normalize::tool_calls`], or the events of a stream (an SSE body
+//!   read by [`normalize::parse_sse`]) -> [`normalize::StreamAssembler`]; either gives
+//!   [`ToolCall`]s `{id, name, arguments: object}` -> [`ToolCall::with_original_names`]
+//!   (back to catalog names).
 //!
-//! Nothing here talks to the network: the gateway and the mock provider do, and they build
-//! on these two halves so the QA end-to-end compares exactly what a provider would get.
+//! Nothing here talks to the network, and nothing here knows the agent loop. There is one
+//! encoder: `toolsearch surface` prints what [`payload::request_body`] builds for one
+//! prompt, the gateway's client sends what it builds for the whole conversation, and the
+//! mock provider answers with its assistant shapes. So what `surface` reports and what QA
+//! measures (the bodies the mock recorded) is what a provider gets.
 
 pub mod normalize;
 pub mod payload;
+pub mod schema;
 
 #[cfg(test)]
 mod tests;
@@ -103,16 +109,39 @@ impl FromStr for Provider {
 pub struct Request<'a> {
     /// The system prompt; empty means none is sent.
     pub system: &'a str,
-    pub prompt: &'a str,
+    /// The conversation so far, oldest first. The first request of a turn (what `surface`
+    /// reports) is `[Item::User(prompt)]`.
+    pub conversation: &'a [Item<'a>],
     pub tools: &'a [ToolSpec],
     /// Sent in the body by every format but Google's, which takes it in the URL.
     pub model: &'a str,
     /// OpenAI Responses strict mode: schemas are rewritten to what strict mode accepts
-    /// (see [`payload`]).
+    /// (see [`schema`]).
     pub strict: bool,
     /// Google: send `parameters` reduced to Gemini's OpenAPI 3.0 subset instead of
     /// `parametersJsonSchema` (for models or endpoints without JSON Schema support).
     pub google_legacy: bool,
+}
+
+/// One item of the conversation a request carries, provider-neutral. Tool names are
+/// catalog names: the body sends their [`WireNames`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Item<'a> {
+    /// What the user said.
+    User(&'a str),
+    /// One answer of the model: its text (may be empty) and the tool calls it made.
+    Assistant {
+        text: &'a str,
+        calls: &'a [ToolCall],
+    },
+    /// The result of one tool call, as the model reads it.
+    ToolResult {
+        call_id: &'a str,
+        /// The tool that was called (Gemini matches results by name, not id).
+        name: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
 }
 
 /// One tool call, whatever provider it came from.

@@ -15,8 +15,11 @@
 //!   are not tool calls (text, reasoning, server-side tools) are ignored.
 
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 
+use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
+use sse_stream::SseStream;
 
 use super::{Provider, ProviderError, ToolCall};
 
@@ -338,45 +341,44 @@ fn preview(text: &str) -> String {
 
 /// The `data:` payloads of an SSE body, each parsed as JSON, in order.
 ///
-/// Events are separated by blank lines; an event's `data:` lines are joined with `\n` (the
-/// SSE rule). Comments (`:`), `event:`, `id:` and `retry:` lines, and the `[DONE]` sentinel
-/// of OpenAI-compatible streams, are skipped. An event that is not JSON when joined is
-/// tried line by line (servers that forget the blank line between events); a payload that
-/// is still not JSON is skipped: a truncated stream then shows up as arguments that do not
-/// parse, which [`StreamAssembler::finish`] reports with the tool's name.
+/// The body is read by `sse-stream` (the SSE rules: events end at a blank line, an event's
+/// `data:` lines are joined with `\n`, `\n`, `\r\n` and `\r` all end a line, a leading BOM
+/// is dropped). On top of it: comments (`:`), `event:`, `id:` and `retry:` carry no data
+/// and are skipped, and so are lines that are not SSE at all; the `[DONE]` sentinel of
+/// OpenAI-compatible streams is skipped; a last event the body does not end with a blank
+/// line still counts. An event that is not JSON when joined is tried line by line (servers
+/// that forget the blank line between events); a payload that is still not JSON is skipped:
+/// a truncated stream then shows up as arguments that do not parse, which
+/// [`StreamAssembler::finish`] reports with the tool's name.
 pub fn parse_sse(text: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.lines() {
-        if line.is_empty() {
-            flush_sse(&mut data, &mut events);
+    // One chunk per line: sse-stream answers a line that is not SSE with an error and drops
+    // the rest of its chunk, so a stray line costs only itself. The blank line at the end
+    // closes an event the body left open (sse-stream drops an unfinished event).
+    let lines = text
+        .split_inclusive('\n')
+        .chain(["\n\n"])
+        .map(|line| Ok::<_, Infallible>(line.as_bytes()));
+    let events = SseStream::from_bytes_stream(futures::stream::iter(lines))
+        .filter_map(|event| std::future::ready(event.ok().and_then(|e| e.data)))
+        .collect::<Vec<String>>()
+        // The chunks are all there: the stream never waits, so one poll reads it all.
+        .now_or_never()
+        .unwrap_or_default();
+    let mut values = Vec::with_capacity(events.len());
+    for data in &events {
+        let data = data.trim();
+        if data.is_empty() || data == "[DONE]" {
             continue;
         }
-        if let Some(rest) = line.strip_prefix("data:") {
-            data.push(rest.strip_prefix(' ').unwrap_or(rest));
-        }
-        // Any other field (`event:`, `id:`, `retry:`) or a `:` comment is not data.
-    }
-    flush_sse(&mut data, &mut events);
-    events
-}
-
-fn flush_sse(data: &mut Vec<&str>, events: &mut Vec<Value>) {
-    if data.is_empty() {
-        return;
-    }
-    let joined = data.join("\n");
-    let trimmed = joined.trim();
-    if !trimmed.is_empty() && trimmed != "[DONE]" {
-        match serde_json::from_str::<Value>(trimmed) {
-            Ok(value) => events.push(value),
-            Err(_) => events.extend(
-                data.iter()
+        match serde_json::from_str::<Value>(data) {
+            Ok(value) => values.push(value),
+            Err(_) => values.extend(
+                data.lines()
                     .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok()),
             ),
         }
     }
-    data.clear();
+    values
 }
 
 /// Assembles the tool calls of one streamed response from its events, pushed in order.

@@ -11,9 +11,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::normalize::{StreamAssembler, parse_sse, tool_calls};
-use super::payload::{
-    MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS, request_body, summary, tool_bytes, tools_part,
-};
+use super::payload::{request_body, summary, tool_bytes, tools_part};
+use super::schema::{MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS};
 use super::*;
 
 // ---------------------------------------------------------------------------------------
@@ -42,7 +41,9 @@ fn catalog() -> Vec<ToolSpec> {
 fn request<'a>(tools: &'a [ToolSpec]) -> Request<'a> {
     Request {
         system: "You are a helpful assistant.",
-        prompt: "File a bug about the crash on start and tell #dev.",
+        conversation: &[Item::User(
+            "File a bug about the crash on start and tell #dev.",
+        )],
         tools,
         model: "test-model",
         strict: false,
@@ -210,6 +211,140 @@ fn golden_google_legacy() {
         ..request(&tools)
     };
     assert_golden("google-legacy", &request_body(Provider::Google, &request));
+}
+
+/// A conversation with every kind of item: a prompt, an answer with text and two calls (one
+/// to a tool whose name is projected, one to a tool the list does not have), their results
+/// (one failed), a text answer, and a second prompt whose answer calls a tool alone.
+fn every_item(calls: &[ToolCall]) -> Vec<Item<'_>> {
+    vec![
+        Item::User("File a bug about the crash on start and tell #dev."),
+        Item::Assistant {
+            text: "Filing it.",
+            calls: &calls[..2],
+        },
+        Item::ToolResult {
+            call_id: "call_a",
+            name: "github.create_issue",
+            content: "{\"number\": 7}",
+            is_error: false,
+        },
+        Item::ToolResult {
+            call_id: "call_b",
+            name: "invented_tool",
+            content: "Tool not found: `invented_tool`.",
+            is_error: true,
+        },
+        Item::Assistant {
+            text: "Filed #7.",
+            calls: &[],
+        },
+        Item::User("Now tell #dev."),
+        Item::Assistant {
+            text: "",
+            calls: &calls[2..],
+        },
+        Item::ToolResult {
+            call_id: "call_c",
+            name: "send_message",
+            content: "sent",
+            is_error: false,
+        },
+    ]
+}
+
+fn every_item_calls() -> Vec<ToolCall> {
+    vec![
+        call(
+            "call_a",
+            "github.create_issue",
+            json!({"title": "Crash on start"}),
+        ),
+        call("call_b", "invented_tool", json!({})),
+        call(
+            "call_c",
+            "send_message",
+            json!({"channel": "dev", "text": "Filed #7"}),
+        ),
+    ]
+}
+
+#[test]
+fn golden_conversations() {
+    let tools = catalog();
+    let calls = every_item_calls();
+    let conversation = every_item(&calls);
+    for provider in Provider::ALL {
+        let request = Request {
+            conversation: &conversation,
+            ..request(&tools[..2])
+        };
+        assert_golden(
+            &format!("conversation-{provider}"),
+            &request_body(provider, &request),
+        );
+    }
+}
+
+#[test]
+fn a_conversation_changes_only_the_conversation_part() {
+    let tools = catalog();
+    let calls = every_item_calls();
+    let conversation = every_item(&calls);
+    let key = |provider| match provider {
+        Provider::OpenaiCompletions | Provider::Anthropic => "messages",
+        Provider::OpenaiResponses => "input",
+        Provider::Google => "contents",
+    };
+    for provider in Provider::ALL {
+        let mut one = request_body(provider, &request(&tools));
+        let mut long = request_body(
+            provider,
+            &Request {
+                conversation: &conversation,
+                ..request(&tools)
+            },
+        );
+        let one_part = one.as_object_mut().unwrap().shift_remove(key(provider));
+        let long_part = long.as_object_mut().unwrap().shift_remove(key(provider));
+        assert_eq!(
+            serde_json::to_string(&one).unwrap(),
+            serde_json::to_string(&long).unwrap(),
+            "{provider}"
+        );
+        assert!(
+            long_part.unwrap().as_array().unwrap().len()
+                > one_part.unwrap().as_array().unwrap().len(),
+            "{provider}"
+        );
+    }
+}
+
+#[test]
+fn the_assistant_message_is_the_chat_response_message() {
+    let calls = [call("call_1", "demo_echo", json!({"x": 1}))];
+    let message = payload::chat_assistant_message("", &calls);
+    assert_eq!(
+        message,
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "demo_echo", "arguments": "{\"x\":1}"}}
+        ]})
+    );
+    // What a client reads back from it is the call it was built from.
+    let response = json!({"choices": [{"index": 0, "message": message}]});
+    assert_eq!(
+        tool_calls(Provider::OpenaiCompletions, &response).unwrap(),
+        calls
+    );
+    assert_eq!(
+        payload::chat_assistant_message("hi", &[]),
+        json!({"role": "assistant", "content": "hi"})
+    );
+    let response = json!({"output": [payload::responses_function_call(&calls[0])]});
+    assert_eq!(
+        tool_calls(Provider::OpenaiResponses, &response).unwrap(),
+        calls
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -868,6 +1003,26 @@ fn parse_sse_rules() {
         ]
     );
     assert!(parse_sse("").is_empty());
+}
+
+#[test]
+fn parse_sse_skips_lines_that_are_not_sse_and_reads_every_line_ending() {
+    // A stray line, a duplicated `event:` and a `retry:` that is not a number cost only
+    // themselves: the event around them keeps its data.
+    let text = "data: {\"a\":\n\
+        this is not an SSE line\n\
+        event: x\n\
+        event: y\n\
+        retry: soon\n\
+        data: 1}\n\
+        \n\
+        data: {\"b\":2}\n\n";
+    assert_eq!(parse_sse(text), [json!({"a": 1}), json!({"b": 2})]);
+    // CR alone ends a line too, and a leading byte order mark is not part of the first line.
+    assert_eq!(
+        parse_sse("\u{feff}data: {\"a\":1}\r\rdata: {\"b\":2}\r"),
+        [json!({"a": 1}), json!({"b": 2})]
+    );
 }
 
 #[test]

@@ -520,13 +520,13 @@ pub fn plan_request(
     base_system: &str,
     compare_direct: bool,
 ) -> Result<Planned> {
-    use crate::provider::{Request, payload};
+    use crate::provider::{Item, Request, payload};
     let surface = build(catalog, options)?;
     let body_for = |s: &Surface| {
         let system = join_system(base_system, &s.system);
         let request = Request {
             system: &system,
-            prompt: options.prompt,
+            conversation: &[Item::User(options.prompt)],
             tools: &s.tools,
             model: MODEL,
             strict: false,

@@ -1,15 +1,18 @@
 //! The mock provider over real HTTP: a server on `127.0.0.1:0`, requests built turn by
 //! turn, answers read back with the project's own normaliser.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::encode::fragments;
+use super::play::qa_target_in;
 use super::*;
-use crate::provider::{Provider, StreamAssembler, ToolCall, parse_sse, tool_calls};
+use crate::provider::{Provider, StreamAssembler, ToolCall, parse_sse, payload, tool_calls};
+use crate::surface::{TOOL_CALL, TOOL_SEARCH, TOOL_SEARCH_CODE};
 
 const RESPONSES: Provider = Provider::OpenaiResponses;
 const CHAT: Provider = Provider::OpenaiCompletions;
@@ -276,14 +279,9 @@ impl Convo {
                         "content": [{"type": "output_text", "text": turn.text}],
                     }));
                 }
-                for call in &turn.calls {
-                    self.items.push(json!({
-                        "type": "function_call",
-                        "call_id": call.id,
-                        "name": call.name,
-                        "arguments": call.arguments.to_string(),
-                    }));
-                }
+                // The call items as the gateway sends them back.
+                self.items
+                    .extend(turn.calls.iter().map(payload::responses_function_call));
                 for (call, output) in turn.calls.iter().zip(outputs) {
                     self.items.push(json!({
                         "type": "function_call_output",
@@ -293,24 +291,9 @@ impl Convo {
                 }
             }
             _ => {
-                let mut message = json!({
-                    "role": "assistant",
-                    "content": if turn.text.is_empty() { Value::Null } else { json!(turn.text) },
-                });
-                if !turn.calls.is_empty() {
-                    message["tool_calls"] = turn
-                        .calls
-                        .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments.to_string()},
-                            })
-                        })
-                        .collect();
-                }
-                self.items.push(message);
+                // The assistant message as the gateway sends it back.
+                self.items
+                    .push(payload::chat_assistant_message(&turn.text, &turn.calls));
                 for (call, output) in turn.calls.iter().zip(outputs) {
                     self.items.push(json!({
                         "role": "tool",

@@ -1,0 +1,360 @@
+//! The reply as a provider would send it: a Responses or Chat Completions body, or its
+//! stream of events, as an HTTP response. It never decides what to say ([`super::play`]).
+//!
+//! The parts a request also carries are built by [`crate::provider::payload`], the encoder
+//! the gateway sends with: the Chat assistant `message` and the core of a Responses
+//! `function_call` item. So what the mock answers and what the gateway then sends back in
+//! the conversation are one shape.
+//!
+//! **Ids.** Tool call ids are `call_<n>`, n = 1 + the tool calls already in the
+//! conversation (so they never repeat within one); Responses items are `fc_<n>` for a
+//! call and `msg_<m>`, m = 1 + the assistant turns already in the conversation, for text;
+//! responses are `resp_<k>` / `chatcmpl-<k>`, k counting the requests this server has
+//! answered. Arguments are always sent as a JSON string; a stream sends every text and
+//! argument string in [`fragments`], so clients must assemble them.
+
+use axum::body::Bytes;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use sse_stream::Sse;
+
+use super::conversation::Conversation;
+use super::play::Reply;
+use crate::provider::{Provider, ToolCall, payload};
+
+/// A reply with its ids and wire arguments fixed, ready to be rendered.
+pub(super) struct Plan {
+    model: String,
+    /// The request number (`resp_<k>`, `chatcmpl-<k>`).
+    k: u64,
+    /// The n of `msg_<n>`.
+    message_n: usize,
+    text: String,
+    calls: Vec<PlannedCall>,
+    input_tokens: u64,
+    created: u64,
+}
+
+struct PlannedCall {
+    /// The n of `call_<n>` (its id) and `fc_<n>`.
+    n: usize,
+    call: ToolCall,
+    /// `call.arguments` as the JSON text every event carries.
+    arguments: String,
+}
+
+impl PlannedCall {
+    fn item_id(&self) -> String {
+        format!("fc_{}", self.n)
+    }
+}
+
+impl Plan {
+    pub(super) fn new(
+        conversation: &Conversation,
+        reply: Reply,
+        request: &Map<String, Value>,
+        request_bytes: usize,
+        k: u64,
+    ) -> Plan {
+        let first = conversation.tool_calls_so_far() + 1;
+        let calls = reply
+            .tool_calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, scripted)| PlannedCall {
+                n: first + i,
+                arguments: scripted.arguments.to_string(),
+                call: ToolCall {
+                    id: format!("call_{}", first + i),
+                    name: scripted.name,
+                    arguments: scripted.arguments,
+                },
+            })
+            .collect();
+        Plan {
+            model: request
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("mock")
+                .to_string(),
+            k,
+            message_n: conversation.assistant_turns() + 1,
+            text: reply.text,
+            calls,
+            input_tokens: (request_bytes / 4) as u64,
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    pub(super) fn call_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The HTTP answer in `format`, streamed or not.
+    pub(super) fn response(&self, format: Provider, stream: bool) -> Response {
+        match (format, stream) {
+            (Provider::OpenaiCompletions, false) => axum::Json(self.chat_body()).into_response(),
+            (Provider::OpenaiCompletions, true) => sse_response(&self.chat_chunks(), true),
+            (_, false) => axum::Json(self.responses_body()).into_response(),
+            (_, true) => sse_response(&self.responses_events(), false),
+        }
+    }
+
+    /// A message item is sent when there is text, or when there is nothing else.
+    fn has_message(&self) -> bool {
+        !self.text.is_empty() || self.calls.is_empty()
+    }
+
+    fn message_id(&self) -> String {
+        format!("msg_{}", self.message_n)
+    }
+
+    // --- Responses ---
+
+    fn responses_message(&self, content: Vec<Value>, status: &str) -> Value {
+        json!({
+            "type": "message",
+            "id": self.message_id(),
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        })
+    }
+
+    fn output_text(text: &str) -> Value {
+        json!({"type": "output_text", "text": text, "annotations": []})
+    }
+
+    /// The output item of a call: the `function_call` a request repeats it with, plus its
+    /// item id and status, with `arguments` (empty while a stream has not sent them yet).
+    fn responses_call(call: &PlannedCall, arguments: &str, status: &str) -> Value {
+        let mut item = payload::responses_function_call(&call.call);
+        item["id"] = json!(call.item_id());
+        item["arguments"] = json!(arguments);
+        item["status"] = json!(status);
+        item
+    }
+
+    fn responses_output(&self) -> Vec<Value> {
+        let mut output = Vec::new();
+        if self.has_message() {
+            output.push(self.responses_message(vec![Plan::output_text(&self.text)], "completed"));
+        }
+        for call in &self.calls {
+            output.push(Plan::responses_call(call, &call.arguments, "completed"));
+        }
+        output
+    }
+
+    fn responses_object(&self, status: &str, output: Vec<Value>) -> Value {
+        let mut body = json!({
+            "id": format!("resp_{}", self.k),
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": output,
+        });
+        if status == "completed" {
+            body["usage"] = json!({
+                "input_tokens": self.input_tokens,
+                "output_tokens": 1,
+                "total_tokens": self.input_tokens + 1,
+            });
+        }
+        body
+    }
+
+    fn responses_body(&self) -> Value {
+        self.responses_object("completed", self.responses_output())
+    }
+
+    fn responses_events(&self) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut push = |mut event: Value| {
+            event["sequence_number"] = json!(events.len());
+            events.push(event);
+        };
+        push(json!({
+            "type": "response.created",
+            "response": self.responses_object("in_progress", Vec::new()),
+        }));
+        let mut output_index = 0usize;
+        if self.has_message() {
+            let id = self.message_id();
+            push(json!({
+                "type": "response.output_item.added",
+                "output_index": output_index,
+                "item": self.responses_message(Vec::new(), "in_progress"),
+            }));
+            for delta in fragments(&self.text) {
+                push(json!({
+                    "type": "response.output_text.delta",
+                    "item_id": id,
+                    "output_index": output_index,
+                    "content_index": 0,
+                    "delta": delta,
+                }));
+            }
+            push(json!({
+                "type": "response.output_item.done",
+                "output_index": output_index,
+                "item": self.responses_message(vec![Plan::output_text(&self.text)], "completed"),
+            }));
+            output_index += 1;
+        }
+        for call in &self.calls {
+            push(json!({
+                "type": "response.output_item.added",
+                "output_index": output_index,
+                "item": Plan::responses_call(call, "", "in_progress"),
+            }));
+            for delta in fragments(&call.arguments) {
+                push(json!({
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": call.item_id(),
+                    "output_index": output_index,
+                    "delta": delta,
+                }));
+            }
+            push(json!({
+                "type": "response.function_call_arguments.done",
+                "item_id": call.item_id(),
+                "output_index": output_index,
+                "arguments": call.arguments,
+            }));
+            push(json!({
+                "type": "response.output_item.done",
+                "output_index": output_index,
+                "item": Plan::responses_call(call, &call.arguments, "completed"),
+            }));
+            output_index += 1;
+        }
+        push(json!({
+            "type": "response.completed",
+            "response": self.responses_body(),
+        }));
+        events
+    }
+
+    // --- Chat Completions ---
+
+    fn finish_reason(&self) -> &'static str {
+        if self.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }
+    }
+
+    fn chat_id(&self) -> String {
+        format!("chatcmpl-{}", self.k)
+    }
+
+    fn chat_body(&self) -> Value {
+        let calls: Vec<ToolCall> = self.calls.iter().map(|c| c.call.clone()).collect();
+        json!({
+            "id": self.chat_id(),
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": payload::chat_assistant_message(&self.text, &calls),
+                "finish_reason": self.finish_reason(),
+            }],
+            "usage": {
+                "prompt_tokens": self.input_tokens,
+                "completion_tokens": 1,
+                "total_tokens": self.input_tokens + 1,
+            },
+        })
+    }
+
+    fn chat_chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        json!({
+            "id": self.chat_id(),
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        })
+    }
+
+    fn chat_chunks(&self) -> Vec<Value> {
+        let mut chunks = vec![self.chat_chunk(json!({"role": "assistant"}), None)];
+        if !self.text.is_empty() {
+            for piece in fragments(&self.text) {
+                chunks.push(self.chat_chunk(json!({"content": piece}), None));
+            }
+        }
+        for (index, planned) in self.calls.iter().enumerate() {
+            chunks.push(self.chat_chunk(
+                json!({"tool_calls": [{
+                    "index": index,
+                    "id": planned.call.id,
+                    "type": "function",
+                    "function": {"name": planned.call.name, "arguments": ""},
+                }]}),
+                None,
+            ));
+            for piece in fragments(&planned.arguments) {
+                chunks.push(self.chat_chunk(
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+        }
+        chunks.push(self.chat_chunk(json!({}), Some(self.finish_reason())));
+        chunks
+    }
+}
+
+/// `events` as an SSE body, one `data:` event each (JSON text has no line break, so each
+/// is one line), then Chat's `data: [DONE]` when `done`.
+fn sse_response(events: &[Value], done: bool) -> Response {
+    let mut body = Vec::new();
+    let data = events
+        .iter()
+        .map(Value::to_string)
+        .chain(done.then(|| "[DONE]".to_string()));
+    for data in data {
+        body.extend_from_slice(&Bytes::from(Sse::default().data(data)));
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `text` in three pieces (two when it has two characters, one when fewer), cut at
+/// character boundaries, so clients must assemble streamed fragments.
+pub(super) fn fragments(text: &str) -> Vec<&str> {
+    let chars = text.chars().count();
+    let pieces = chars.clamp(1, 3);
+    let mut out = Vec::with_capacity(pieces);
+    let mut rest = text;
+    for i in 0..pieces {
+        let remaining_pieces = pieces - i;
+        if remaining_pieces == 1 {
+            out.push(rest);
+            break;
+        }
+        let take = rest.chars().count() / remaining_pieces;
+        let cut = rest
+            .char_indices()
+            .nth(take)
+            .map_or(rest.len(), |(at, _)| at);
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    out
+}

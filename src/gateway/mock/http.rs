@@ -1,0 +1,156 @@
+//! The mock's HTTP side: its routes, the body limit, recording, and errors in OpenAI's
+//! shape. Each request is read ([`super::conversation`]), played ([`super::play`]) and
+//! answered ([`super::encode`]); nothing here decides or shapes an answer.
+//!
+//! Every body that parses as JSON is recorded before it is answered (and appended as one
+//! line to [`MockOptions::record`](super::MockOptions::record) when set). A body that is
+//! not JSON is `400` with an OpenAI-style `{"error": {"message", "type":
+//! "invalid_request_error"}}`; a body larger than [`MAX_BODY_BYTES`] is `413`.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::MockProvider;
+use super::conversation::Conversation;
+use super::encode::Plan;
+use super::play;
+use crate::provider::Provider;
+
+/// Largest request body accepted; a larger one is `413`.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+impl MockProvider {
+    /// The routes of [the module documentation](super), with the body limit.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/responses", post(responses))
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/debug/requests", get(debug_requests))
+            .route("/healthz", get(healthz))
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(Arc::clone(self))
+    }
+
+    /// Records a body in memory and in the record file. The lock is held while writing so
+    /// the file's lines come in the same order as the list.
+    fn record(&self, body: &Value) -> Result<(), String> {
+        let mut requests = self.requests.lock();
+        requests.push(body.clone());
+        if let Some(path) = &self.options.record {
+            let line = format!("{body}\n");
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut file| file.write_all(line.as_bytes()))
+                .map_err(|e| {
+                    format!(
+                        "mock provider: cannot append to the record file {}: {e}",
+                        path.display()
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
+    fn handle(&self, format: Provider, body: Result<Bytes, BytesRejection>) -> Response {
+        let bytes = match body {
+            Ok(bytes) => bytes,
+            Err(rejection) => return error_response(rejection.status(), rejection.body_text()),
+        };
+        let request: Value = match serde_json::from_slice(&bytes) {
+            Ok(value) => value,
+            Err(e) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not valid JSON: {e}"),
+                );
+            }
+        };
+        if let Err(message) = self.record(&request) {
+            tracing::error!("{message}");
+            return error_response(StatusCode::INTERNAL_SERVER_ERROR, message);
+        }
+        let Some(obj) = request.as_object() else {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "the request body must be a JSON object".into(),
+            );
+        };
+        let conversation = match format {
+            Provider::OpenaiCompletions => Conversation::of_chat(obj),
+            _ => Conversation::of_responses(obj),
+        };
+        let conversation = match conversation {
+            Ok(c) => c,
+            Err(message) => return error_response(StatusCode::BAD_REQUEST, message),
+        };
+        let reply = play::reply(self.options.scenario.as_ref(), &conversation, format);
+        let k = self.answered.fetch_add(1, Ordering::Relaxed) + 1;
+        let plan = Plan::new(&conversation, reply, obj, bytes.len(), k);
+        let stream = obj.get("stream").and_then(Value::as_bool) == Some(true);
+        tracing::debug!(
+            format = %format,
+            stream,
+            calls = plan.call_count(),
+            "mock provider answered"
+        );
+        plan.response(format, stream)
+    }
+}
+
+async fn responses(
+    State(provider): State<Arc<MockProvider>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    provider.handle(Provider::OpenaiResponses, body)
+}
+
+async fn chat_completions(
+    State(provider): State<Arc<MockProvider>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    provider.handle(Provider::OpenaiCompletions, body)
+}
+
+async fn debug_requests(State(provider): State<Arc<MockProvider>>) -> Response {
+    axum::Json(Value::Array(provider.requests())).into_response()
+}
+
+async fn healthz() -> Response {
+    axum::Json(json!({"ok": true})).into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        format!(
+            "the mock provider has no route {method} {}; it serves POST /v1/responses, POST /v1/chat/completions, GET /debug/requests and GET /healthz",
+            uri.path()
+        ),
+    )
+}
+
+fn error_response(status: StatusCode, message: String) -> Response {
+    let kind = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": kind}})),
+    )
+        .into_response()
+}
