@@ -19,6 +19,7 @@ pub mod executors;
 pub mod gateway;
 pub mod mcp;
 pub mod policy;
+pub mod process;
 pub mod provider;
 pub mod qa;
 pub mod report;

@@ -336,13 +336,7 @@ impl Prepared {
                 return Err(std::io::Error::last_os_error());
             }
             if self.pdeathsig {
-                check(libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ))?;
+                crate::process::die_with_parent()?;
             }
             if self.no_new_privs {
                 check(libc::prctl(

@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::executors::process::StderrTail;
+use crate::process::{Leader, StderrTail};
 
 use barriers::{BarrierStatus, Plan};
 pub use node::NodeInfo;
@@ -143,10 +143,9 @@ enum Entry<'a> {
     Snapshot(&'a Path),
 }
 
-/// A spawned child, ready to take one run.
+/// A spawned child, ready to take one run. Dropping it kills its group.
 pub struct Child {
-    process: tokio::process::Child,
-    pgid: Option<i32>,
+    process: Leader,
     frames: FramedRead<OwnedReadHalf, FrameCodec>,
     /// Taken by the run's outbox; a child runs once.
     writer: Option<OwnedWriteHalf>,
@@ -154,13 +153,9 @@ pub struct Child {
 }
 
 impl Child {
-    /// Kills the child's group, then reaps it. Killing first matters: once reaped, the
-    /// group id is a number the kernel may give to a new process (another sandbox child is
-    /// a group leader too), and a late kill would hit it.
+    /// Kills the child's group, then reaps it (killing first: see [`crate::process`]).
     pub(crate) async fn kill_and_reap(&mut self) {
-        kill_group(self.pgid);
-        let _ = self.process.wait().await;
-        self.pgid = None;
+        let _ = self.process.kill_and_reap().await;
     }
 
     /// One line of at most `max` bytes from a child that speaks no protocol frames (the
@@ -176,43 +171,15 @@ impl Child {
     }
 
     /// Kills the child's group now and leaves the reaping to a task, so the caller's answer
-    /// does not wait for the exit to be noticed. The group dies at the kill; until it is
-    /// reaped the leader is a zombie holding its pid, so no other process can take the
-    /// group id meanwhile, and nothing kills it again (the reaper owns the process).
-    pub(crate) fn kill_now_reap_later(mut self) {
-        kill_group(self.pgid);
-        self.pgid = None;
-        tokio::spawn(async move {
-            let _ = self.process.wait().await;
-        });
+    /// does not wait for the exit to be noticed.
+    pub(crate) fn kill_now_reap_later(self) {
+        self.process.kill_now_reap_later();
     }
 
     /// Whether the child is still running; if it has exited, it is now reaped and never
     /// killed again.
     pub(crate) fn alive(&mut self) -> bool {
-        match self.process.try_wait() {
-            Ok(None) => true,
-            _ => {
-                self.pgid = None;
-                false
-            }
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // Not reaped yet (reaping clears pgid): the group id is still this child's.
-        kill_group(self.pgid);
-    }
-}
-
-fn kill_group(pgid: Option<i32>) {
-    if let Some(pid) = pgid {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        self.process.running()
     }
 }
 
@@ -631,26 +598,21 @@ impl Sandbox {
         unsafe {
             cmd.pre_exec(move || prepared.apply(raw));
         }
-        let mut process = cmd
+        let process = cmd
             .spawn()
             .map_err(|e| SandboxError::new("unavailable", format!("cannot start node: {e}")))?;
         drop(child_fd);
-        let pgid = process.id().and_then(|p| i32::try_from(p).ok());
+        // The barriers made it a group leader (setsid).
+        let mut process = Leader::adopt(process);
         parent
             .set_nonblocking(true)
             .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
         let stream = UnixStream::from_std(parent)
             .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
         let (read, writer) = stream.into_split();
-        let stderr = match process.stderr.take() {
-            Some(err) => {
-                crate::executors::process::keep_tail(err, self.policy.limits.stderr_tail_chars)
-            }
-            None => StderrTail::empty(),
-        };
+        let stderr = process.keep_stderr_tail(self.policy.limits.stderr_tail_chars);
         Ok(Child {
             process,
-            pgid,
             frames: FramedRead::new(read, FrameCodec::new(self.policy.limits.max_frame_bytes)),
             writer: Some(writer),
             stderr,
@@ -849,16 +811,9 @@ impl Sandbox {
     /// never from what it wrote: guest-controlled text cannot choose the error.
     async fn exited(&self, child: &mut Child) -> SandboxError {
         use std::os::unix::process::ExitStatusExt;
-        let status = tokio::time::timeout(Duration::from_secs(2), child.process.wait()).await;
-        if status.is_ok() {
-            // Reaped: never kill that group id again.
-            child.pgid = None;
-        }
+        let status = tokio::time::timeout(Duration::from_secs(2), child.process.reap()).await;
         // The group is gone, so its stderr closes: the tail is whole once the reader ends.
         let tail = child.stderr.finished(Duration::from_millis(200)).await;
-        let keep = self.policy.limits.stderr_tail_chars;
-        let count = tail.chars().count();
-        let tail: String = tail.chars().skip(count.saturating_sub(keep)).collect();
         let (how, signal) = match status {
             Ok(Ok(s)) => match (s.code(), s.signal()) {
                 (Some(c), _) => (format!("exit code {c}"), None),
