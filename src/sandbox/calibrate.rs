@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use super::barriers::Plan;
+use super::barriers::{Barrier, Plan};
 use super::protocol::{self, ChildFrame};
 use super::spawn::{Entry, empty_dir};
 use super::{RUNTIME_JS, Sandbox, SandboxError, SandboxPolicy, cache, node, snapshot};
@@ -194,7 +194,7 @@ impl Sandbox {
             self.drop_snapshot();
             return Ok(());
         }
-        for name in ["address space", "network namespace", "landlock", "seccomp"] {
+        for name in Barrier::REFUSABLE {
             if !self.plan.is_applied(name) {
                 continue;
             }
