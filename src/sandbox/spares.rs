@@ -247,6 +247,12 @@ mod tests {
         panic!("the pool never reached {n} spares");
     }
 
+    /// The process group of the first ready spare.
+    fn first_group(pool: &SparePool) -> Option<crate::process::Group> {
+        let st = pool.state.lock();
+        st.ready.front().map(|c| c.process.group().clone())
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn spares_are_replaced_when_taken_or_dead_and_die_with_the_pool() {
         let sandbox =
@@ -257,24 +263,13 @@ mod tests {
             Duration::from_secs(5),
         );
         wait_for(&pool, 1).await;
-        let group = pool
-            .state
-            .lock()
-            .ready
-            .front()
-            .map(|c| c.process.group().clone());
-        let group = group.unwrap();
+        let group = first_group(&pool).unwrap();
         let first = group.id().unwrap();
         group.kill();
         let mut replaced = None;
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(25)).await;
-            let now = pool
-                .state
-                .lock()
-                .ready
-                .front()
-                .and_then(|c| c.process.group().id());
+            let now = first_group(&pool).and_then(|g| g.id());
             if now.is_some() && now != Some(first) {
                 replaced = now;
                 break;
@@ -285,13 +280,7 @@ mod tests {
         assert_eq!(child.process.group().id(), Some(second));
         drop(child);
         wait_for(&pool, 1).await;
-        let third = pool
-            .state
-            .lock()
-            .ready
-            .front()
-            .and_then(|c| c.process.group().id())
-            .unwrap();
+        let third = first_group(&pool).and_then(|g| g.id()).unwrap();
         assert_ne!(third, second, "a taken spare is never handed out again");
         drop(pool);
         // Dropping the pool killed its spare.
