@@ -38,6 +38,7 @@ pub mod ids;
 pub mod mcp;
 pub mod mcp_serve;
 pub mod policy;
+pub mod process;
 pub mod provider;
 pub mod qa;
 pub mod report;

@@ -38,6 +38,7 @@ use crate::catalog::ToolDescriptor;
 use crate::catalog::load::mcp_server_tools;
 use crate::config::{McpConfig, McpServerConfig, McpTransport};
 use crate::executors::{ExecCall, ExecFuture, Executor, ToolOutput};
+use crate::process::{Group, Leader, StderrTail};
 
 /// Bounds on what one server may list.
 pub mod limits {
@@ -64,10 +65,10 @@ pub struct Hub {
 
 struct Upstream {
     config: McpServerConfig,
-    state: Mutex<State>,
-    /// The process group of a stdio server while it is not reaped (killing a group id
-    /// after its leader was reaped could hit an unrelated process).
-    pgid: Mutex<Option<i32>>,
+    state: parking_lot::Mutex<State>,
+    /// The process group of a stdio server (none before its spawn), signalled by the hub
+    /// when it stops while the server's watcher owns the process.
+    group: parking_lot::Mutex<Group>,
 }
 
 enum State {
@@ -127,10 +128,10 @@ impl Hub {
                     c.name.clone(),
                     Arc::new(Upstream {
                         config: c.clone(),
-                        state: Mutex::new(State::Down {
+                        state: parking_lot::Mutex::new(State::Down {
                             why: "starting".into(),
                         }),
-                        pgid: Mutex::new(None),
+                        group: Default::default(),
                     }),
                 )
             })
@@ -189,7 +190,7 @@ impl Hub {
         let mut tools = Vec::new();
         let mut down = BTreeMap::new();
         for (name, up) in &self.servers {
-            match &*lock(&up.state) {
+            match &*up.state.lock() {
                 State::Up { tools: t, .. } => tools.extend(t.iter().cloned()),
                 State::Down { why } => {
                     down.insert(
@@ -205,7 +206,7 @@ impl Hub {
     pub fn status(&self) -> Vec<ServerStatus> {
         self.servers
             .iter()
-            .map(|(name, up)| match &*lock(&up.state) {
+            .map(|(name, up)| match &*up.state.lock() {
                 State::Up {
                     tools,
                     skipped,
@@ -238,7 +239,9 @@ impl Hub {
         // Each server's watcher kills its group after the grace and reaps it; this waits
         // for them, and kills what is left if a watcher is stuck.
         let deadline = Instant::now() + limits::STOP_GRACE + Duration::from_millis(500);
-        while Instant::now() < deadline && self.servers.values().any(|u| lock(&u.pgid).is_some()) {
+        while Instant::now() < deadline
+            && self.servers.values().any(|u| u.group.lock().id().is_some())
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         for up in self.servers.values() {
@@ -270,14 +273,12 @@ impl Upstream {
     }
 
     fn signal(&self, signal: nix::sys::signal::Signal) {
-        if let Some(pgid) = *lock(&self.pgid) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
-        }
+        self.group.lock().signal(signal);
     }
 
     fn set_down(&self, why: String) {
         tracing::warn!("mcp: server `{}` is unavailable: {why}", self.name());
-        *lock(&self.state) = State::Down { why };
+        *self.state.lock() = State::Down { why };
     }
 
     async fn connect(
@@ -297,7 +298,7 @@ impl Upstream {
                     Ok(c) => c,
                     Err(why) => return self.set_down(why),
                 };
-                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                let (Some(stdin), Some(stdout), _) = child.take_stdio() else {
                     return self.set_down("no stdio pipes".into());
                 };
                 let started = tokio::time::timeout(timeout, async {
@@ -323,12 +324,8 @@ impl Upstream {
                         });
                     }
                     Err(e) => {
-                        self.signal(nix::sys::signal::Signal::SIGKILL);
-                        let status = child.wait().await.ok();
-                        *lock(&self.pgid) = None;
-                        // Let the stderr reader see the end of the pipe.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        let tail = tail_of(&stderr);
+                        let status = child.kill_and_reap().await.ok();
+                        let tail = tail_of(stderr).await;
                         let exited = match status {
                             Some(_) if e.contains("did not start") => String::new(),
                             Some(s) => format!(" (exit: {s})"),
@@ -395,7 +392,7 @@ impl Upstream {
             .peer_info()
             .map(|i| i.protocol_version.to_string())
             .unwrap_or_default();
-        *lock(&self.state) = State::Up {
+        *self.state.lock() = State::Up {
             peer: service.peer().clone(),
             tools,
             skipped,
@@ -403,7 +400,9 @@ impl Upstream {
         };
     }
 
-    fn spawn(&self) -> Result<(tokio::process::Child, Arc<Mutex<String>>), String> {
+    /// Starts a stdio server as the leader of its own group, and keeps the tail of its
+    /// stderr.
+    fn spawn(&self) -> Result<(Leader, StderrTail), String> {
         let McpTransport::Stdio {
             command,
             args,
@@ -423,38 +422,17 @@ impl Upstream {
         cmd.envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
-        // SAFETY: one raw prctl between fork and exec. A host killed outright then still
-        // takes its servers with it (the process group is the servers' own).
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-        *lock(&self.pgid) = child.id().and_then(|p| i32::try_from(p).ok());
-        let tail = match child.stderr.take() {
-            Some(err) => crate::executors::process::keep_tail(err, limits::STDERR_TAIL_CHARS),
-            None => crate::executors::process::StderrTail::empty(),
-        };
-        Ok((child, tail.detach()))
+        // The group dies with the host too: a host killed outright still takes its servers
+        // with it.
+        let mut child =
+            Leader::spawn(&mut cmd).map_err(|e| format!("cannot start `{command}`: {e}"))?;
+        *self.group.lock() = child.group().clone();
+        let tail = child.keep_stderr_tail(limits::STDERR_TAIL_CHARS);
+        Ok((child, tail))
     }
 
     /// Waits for the server to go (its connection closes or it exits), then marks it
@@ -462,8 +440,8 @@ impl Upstream {
     async fn watch_child(
         self: Arc<Self>,
         service: RunningService<RoleClient, Handler>,
-        mut child: tokio::process::Child,
-        stderr: Arc<Mutex<String>>,
+        mut child: Leader,
+        stderr: StderrTail,
         hub: Weak<Hub>,
         stop: CancellationToken,
     ) {
@@ -480,21 +458,17 @@ impl Upstream {
         } else {
             limits::STOP_GRACE
         };
-        let pid = child.id().and_then(|p| i32::try_from(p).ok());
-        let _ =
-            tokio::time::timeout(grace, crate::executors::process::wait_without_reaping(pid)).await;
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let status = child.wait().await.ok();
-        *lock(&self.pgid) = None;
+        let _ = tokio::time::timeout(grace, child.exited()).await;
+        let status = child.kill_and_reap().await.ok();
         if !ended {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let tail = tail_of(stderr).await;
         let how = match status {
             Some(s) => format!("it exited ({s})"),
             None => "its connection closed".to_string(),
         };
-        self.set_down(format!("{how}{}", tail_of(&stderr)));
+        self.set_down(format!("{how}{tail}"));
         if let Some(hub) = hub.upgrade() {
             hub.bump();
         }
@@ -503,7 +477,7 @@ impl Upstream {
     /// After `tools/list_changed`: the new list, or the server marked down if it cannot
     /// give one.
     async fn relist(&self) {
-        let peer = match &*lock(&self.state) {
+        let peer = match &*self.state.lock() {
             State::Up { peer, .. } => peer.clone(),
             State::Down { .. } => return,
         };
@@ -515,7 +489,7 @@ impl Upstream {
                     tools: t,
                     skipped: s,
                     ..
-                } = &mut *lock(&self.state)
+                } = &mut *self.state.lock()
                 {
                     *t = tools;
                     *s = skipped;
@@ -538,7 +512,7 @@ impl Upstream {
     async fn call(&self, tool: &str, args: &Value, cancel: &CancellationToken) -> ToolOutput {
         let name = self.name();
         let details = |status: &str| json!({"status": status, "source": "mcp", "server": name});
-        let peer = match &*lock(&self.state) {
+        let peer = match &*self.state.lock() {
             State::Up { peer, .. } => peer.clone(),
             State::Down { why } => {
                 return ToolOutput::error(
@@ -646,17 +620,14 @@ async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
     ))
 }
 
-fn tail_of(stderr: &Arc<Mutex<String>>) -> String {
-    let t = lock(stderr);
-    let t = t.trim();
-    if t.is_empty() {
+/// The end of a stopped server's stderr for the message that marks it down, once the
+/// reader has seen the pipe close (briefly: a grandchild may hold it open).
+async fn tail_of(mut stderr: StderrTail) -> String {
+    let tail = stderr.finished(Duration::from_millis(20)).await;
+    let tail = tail.trim();
+    if tail.is_empty() {
         return String::new();
     }
-    let len = t.chars().count();
-    let tail: String = t
-        .chars()
-        .skip(len.saturating_sub(limits::STDERR_TAIL_CHARS))
-        .collect();
     format!("; stderr: {}", tail.replace('\n', " | "))
 }
 

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HookConfig;
-use crate::executors::process::{self, Program};
+use crate::executors::command::{self, Program};
 
 /// Used when a hook gives no `timeout_ms`.
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
@@ -129,7 +129,7 @@ impl CommandHook {
             max_stdout: MAX_HOOK_OUTPUT,
             on_stderr_line: None,
         };
-        let out = process::run(&program, &CancellationToken::new())
+        let out = command::run(&program, &CancellationToken::new())
             .await
             .map_err(|f| format!("hook {} {f}", self.name))?;
         Ok((

@@ -23,10 +23,59 @@ use serde::Serialize;
 
 use super::policy::SandboxPolicy;
 
+/// A barrier, serialized (in `doctor --json`) and shown by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "&'static str")]
+pub enum Barrier {
+    ProcessGroup,
+    ParentDeathSignal,
+    NoNewPrivileges,
+    Rlimits,
+    AddressSpace,
+    NetworkNamespace,
+    Landlock,
+    Seccomp,
+}
+
+impl Barrier {
+    /// The barriers a host may refuse, in the order calibration tries starting without each.
+    pub const REFUSABLE: [Barrier; 4] = [
+        Barrier::AddressSpace,
+        Barrier::NetworkNamespace,
+        Barrier::Landlock,
+        Barrier::Seccomp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Barrier::ProcessGroup => "process group (setsid)",
+            Barrier::ParentDeathSignal => "parent-death signal",
+            Barrier::NoNewPrivileges => "no-new-privileges",
+            Barrier::Rlimits => "rlimits",
+            Barrier::AddressSpace => "address space",
+            Barrier::NetworkNamespace => "network namespace",
+            Barrier::Landlock => "landlock",
+            Barrier::Seccomp => "seccomp",
+        }
+    }
+}
+
+impl From<Barrier> for &'static str {
+    fn from(b: Barrier) -> Self {
+        b.name()
+    }
+}
+
+impl std::fmt::Display for Barrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One barrier and whether it is applied on this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BarrierStatus {
-    pub name: &'static str,
+    pub name: Barrier,
     pub applied: bool,
     pub detail: String,
 }
@@ -40,14 +89,6 @@ pub struct Prepared {
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     landlock: Option<RulesetCreated>,
     seccomp: Vec<BpfProgram>,
-}
-
-/// The parts of a barrier set that can be switched off when the host refuses them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Enabled {
-    pub network_namespace: bool,
-    pub landlock: bool,
-    pub seccomp: bool,
 }
 
 /// Builds the seccomp programs and the Landlock ruleset, and reports each barrier.
@@ -78,7 +119,7 @@ impl Plan {
     pub fn new(policy: &SandboxPolicy, node: &Path) -> Self {
         let b = &policy.barriers;
         let mut statuses = Vec::new();
-        let mut on = |name: &'static str, applied: bool, detail: String| {
+        let mut on = |name: Barrier, applied: bool, detail: String| {
             statuses.push(BarrierStatus {
                 name,
                 applied,
@@ -86,22 +127,22 @@ impl Plan {
             })
         };
         on(
-            "process group (setsid)",
+            Barrier::ProcessGroup,
             b.setsid,
             "the whole group is killed after every run".into(),
         );
         on(
-            "parent-death signal",
+            Barrier::ParentDeathSignal,
             b.parent_death_signal,
             "SIGKILL when the parent dies".into(),
         );
         on(
-            "no-new-privileges",
+            Barrier::NoNewPrivileges,
             b.no_new_privs,
             "PR_SET_NO_NEW_PRIVS".into(),
         );
         on(
-            "rlimits",
+            Barrier::Rlimits,
             true,
             format!(
                 "files {}, file size {}, core {}, CPU = deadline + {} s",
@@ -112,7 +153,7 @@ impl Plan {
             ),
         );
         on(
-            "address space",
+            Barrier::AddressSpace,
             policy.rlimits.address_space_mib > 0,
             format!(
                 "RLIMIT_AS {} MiB: bounds ArrayBuffer memory, which the heap cap does not",
@@ -121,7 +162,7 @@ impl Plan {
         );
         let root = nix::unistd::geteuid().is_root();
         on(
-            "network namespace",
+            Barrier::NetworkNamespace,
             b.network_namespace,
             if root {
                 "CLONE_NEWNET".into()
@@ -132,7 +173,7 @@ impl Plan {
         let abi = landlock_abi();
         let landlock_ok = b.landlock && abi >= 1;
         on(
-            "landlock",
+            Barrier::Landlock,
             landlock_ok,
             if !b.landlock {
                 "off in the policy".into()
@@ -168,7 +209,11 @@ impl Plan {
         } else {
             (Vec::new(), "off in the policy".into())
         };
-        on("seccomp", b.seccomp && !seccomp.is_empty(), seccomp_detail);
+        on(
+            Barrier::Seccomp,
+            b.seccomp && !seccomp.is_empty(),
+            seccomp_detail,
+        );
         let mut landlock_paths: Vec<PathBuf> = b
             .landlock_read
             .iter()
@@ -192,7 +237,7 @@ impl Plan {
 
     /// Marks a barrier as not applied, with the reason (after a spawn showed the host
     /// refuses it).
-    pub fn disable(&mut self, name: &str, why: String) {
+    pub fn disable(&mut self, name: Barrier, why: String) {
         for s in &mut self.statuses {
             if s.name == name {
                 s.applied = false;
@@ -201,7 +246,7 @@ impl Plan {
         }
     }
 
-    pub fn is_applied(&self, name: &str) -> bool {
+    pub fn is_applied(&self, name: Barrier) -> bool {
         self.statuses.iter().any(|s| s.name == name && s.applied)
     }
 
@@ -211,7 +256,7 @@ impl Plan {
     pub fn prepare(&self, cpu_seconds: u64) -> Result<Prepared, String> {
         let b = &self.policy.barriers;
         let r = &self.policy.rlimits;
-        let landlock = if self.is_applied("landlock") {
+        let landlock = if self.is_applied(Barrier::Landlock) {
             Some(
                 self.ruleset()
                     .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?,
@@ -219,7 +264,7 @@ impl Plan {
         } else {
             None
         };
-        let unshare_flags = self.is_applied("network namespace").then(|| {
+        let unshare_flags = self.is_applied(Barrier::NetworkNamespace).then(|| {
             if nix::unistd::geteuid().is_root() {
                 libc::CLONE_NEWNET
             } else {
@@ -238,13 +283,13 @@ impl Plan {
                     (libc::RLIMIT_CORE, r.core),
                     (libc::RLIMIT_CPU, cpu_seconds + r.cpu_margin_s),
                 ];
-                if self.is_applied("address space") {
+                if self.is_applied(Barrier::AddressSpace) {
                     limits.push((libc::RLIMIT_AS, r.address_space_mib * 1024 * 1024));
                 }
                 limits
             },
             landlock,
-            seccomp: if self.is_applied("seccomp") {
+            seccomp: if self.is_applied(Barrier::Seccomp) {
                 self.seccomp.clone()
             } else {
                 Vec::new()
@@ -336,13 +381,7 @@ impl Prepared {
                 return Err(std::io::Error::last_os_error());
             }
             if self.pdeathsig {
-                check(libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ))?;
+                crate::process::die_with_parent()?;
             }
             if self.no_new_privs {
                 check(libc::prctl(
@@ -447,6 +486,22 @@ fn syscall_number(name: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use super::{Barrier, BarrierStatus};
+
+    #[test]
+    fn a_barrier_is_serialized_and_shown_by_its_name() {
+        let status = BarrierStatus {
+            name: Barrier::ProcessGroup,
+            applied: true,
+            detail: "d".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&status).unwrap(),
+            r#"{"name":"process group (setsid)","applied":true,"detail":"d"}"#
+        );
+        assert_eq!(Barrier::NetworkNamespace.to_string(), "network namespace");
+    }
+
     #[test]
     fn the_default_filter_compiles() {
         let p = super::super::policy::SandboxPolicy::default_policy().unwrap();

@@ -12,9 +12,10 @@
 //! here: a start is CPU-bound, so more at once would only slow each.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 use super::{Child, Sandbox, SandboxError};
@@ -101,7 +102,7 @@ impl SparePool {
                     _ = stop.cancelled() => return,
                     Some(done) = starts.join_next(), if !starts.is_empty() => {
                         let Some(pool) = pool.upgrade() else { return };
-                        let mut st = pool.lock();
+                        let mut st = pool.state.lock();
                         st.starting = st.starting.saturating_sub(1);
                         match done {
                             Ok(Ok(child)) => {
@@ -132,14 +133,10 @@ impl SparePool {
         pool
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Prunes dead spares, shrinks after a quiet spell, and starts what the target lacks.
     /// After failed starts it waits for the periodic check instead of retrying at once.
     fn tend(&self, starts: &mut JoinSet<Result<Child, SandboxError>>, failures: u32) {
-        let mut st = self.lock();
+        let mut st = self.state.lock();
         st.ready.retain_mut(|c| c.alive());
         let quiet = st.last_take.is_none_or(|t| t.elapsed() >= SHRINK_AFTER);
         if quiet && st.target > self.sizing.min {
@@ -162,7 +159,7 @@ impl SparePool {
 
     /// Ready spares now.
     pub fn len(&self) -> usize {
-        self.lock().ready.len()
+        self.state.lock().ready.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -171,14 +168,14 @@ impl SparePool {
 
     /// The target the pool is keeping now (`min` at rest, up to `max` in a burst).
     pub fn target(&self) -> usize {
-        self.lock().target
+        self.state.lock().target
     }
 
     /// A ready child: a live spare if there is one; else the next one that finishes
     /// starting, if any is starting; else a fresh spawn of its own.
     pub async fn take(&self) -> Result<Child, SandboxError> {
         {
-            let mut st = self.lock();
+            let mut st = self.state.lock();
             let now = Instant::now();
             if st
                 .last_take
@@ -197,7 +194,7 @@ impl SparePool {
             // Registered before looking, so an arrival in between is not missed.
             arrived.as_mut().enable();
             let starting = {
-                let mut st = self.lock();
+                let mut st = self.state.lock();
                 while let Some(mut c) = st.ready.pop_front() {
                     if c.alive() {
                         drop(st);
@@ -221,7 +218,7 @@ impl SparePool {
     /// Stops refilling and kills the ready spares (the pool also does this when dropped).
     pub fn stop(&self) {
         self.stop.cancel();
-        self.lock().ready.clear();
+        self.state.lock().ready.clear();
         self.arrived.notify_waiters();
     }
 }
@@ -230,7 +227,7 @@ impl Drop for SparePool {
     fn drop(&mut self) {
         self.stop.cancel();
         // Dropping the children kills their process groups.
-        self.lock().ready.clear();
+        self.state.lock().ready.clear();
     }
 }
 
@@ -250,6 +247,12 @@ mod tests {
         panic!("the pool never reached {n} spares");
     }
 
+    /// The process group of the first ready spare.
+    fn first_group(pool: &SparePool) -> Option<crate::process::Group> {
+        let st = pool.state.lock();
+        st.ready.front().map(|c| c.process.group().clone())
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn spares_are_replaced_when_taken_or_dead_and_die_with_the_pool() {
         let sandbox =
@@ -260,16 +263,13 @@ mod tests {
             Duration::from_secs(5),
         );
         wait_for(&pool, 1).await;
-        let first = pool.lock().ready.front().and_then(|c| c.pgid).unwrap();
-        nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(first),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        let group = first_group(&pool).unwrap();
+        let first = group.id().unwrap();
+        group.kill();
         let mut replaced = None;
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(25)).await;
-            let now = pool.lock().ready.front().and_then(|c| c.pgid);
+            let now = first_group(&pool).and_then(|g| g.id());
             if now.is_some() && now != Some(first) {
                 replaced = now;
                 break;
@@ -277,10 +277,10 @@ mod tests {
         }
         let second = replaced.expect("the dead spare was replaced");
         let child = pool.take().await.unwrap();
-        assert_eq!(child.pgid, Some(second));
+        assert_eq!(child.process.group().id(), Some(second));
         drop(child);
         wait_for(&pool, 1).await;
-        let third = pool.lock().ready.front().and_then(|c| c.pgid).unwrap();
+        let third = first_group(&pool).and_then(|g| g.id()).unwrap();
         assert_ne!(third, second, "a taken spare is never handed out again");
         drop(pool);
         // Dropping the pool killed its spare.
@@ -316,7 +316,10 @@ mod tests {
         for _ in 0..6 {
             let mut child = pool.take().await.unwrap();
             assert!(child.alive());
-            assert!(seen.insert(child.pgid), "a child was handed out twice");
+            assert!(
+                seen.insert(child.process.group().id()),
+                "a child was handed out twice"
+            );
         }
         assert_eq!(
             pool.target(),

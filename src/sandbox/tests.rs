@@ -7,9 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::protocol::{ChildFrame, Frame};
+use super::spawn::remove_stale_workdirs;
 use super::*;
 
 fn sandbox() -> Arc<Sandbox> {

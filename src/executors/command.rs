@@ -1,17 +1,23 @@
 //! Running a program for a tool or a hook: no shell, JSON on stdin, bounded output, a
-//! deadline, cancellation, and nothing left running afterwards.
+//! deadline, cancellation, and nothing left running afterwards; and the `command`
+//! executor built on it.
 //!
 //! The program gets an empty environment except the variables named for it, its own
-//! process group (so a deadline kills whatever it started too), and stdout and stderr read
-//! up to a bound: past it the program is killed and the run fails, rather than the host
-//! buffering an unbounded stream.
+//! process group that dies with the host ([`crate::process`]: a deadline kills whatever it
+//! started too), and stdout and stderr read up to a bound: past it the program is killed
+//! and the run fails, rather than the host buffering an unbounded stream.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+
+use super::{ExecCall, ToolOutput, limits};
+use crate::process::Leader;
 
 /// Why a run did not produce an exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,25 +82,18 @@ pub async fn run(
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+        .stderr(Stdio::piped());
     for name in program.env {
         if let Some(value) = std::env::var_os(name) {
             cmd.env(name, value);
         }
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ProgramFailure::Spawn(format!("{exe}: {e}")))?;
-    let pgid = child.id();
-    let mut stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let mut child =
+        Leader::spawn(&mut cmd).map_err(|e| ProgramFailure::Spawn(format!("{exe}: {e}")))?;
+    let (mut stdin, stdout, stderr) = child.take_stdio();
     let input = program.stdin.to_vec();
     let max = program.max_stdout;
 
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
     let work = async {
         let feed = async {
             if let Some(mut s) = stdin.take() {
@@ -106,7 +105,7 @@ pub async fn run(
         let out = read_bounded(stdout, max);
         let err = read_tail(stderr, program.on_stderr_line);
         let (_, out, err) = tokio::join!(feed, out, err);
-        wait_without_reaping(pid).await;
+        child.exited().await;
         (out, err)
     };
     let result = tokio::select! {
@@ -114,11 +113,8 @@ pub async fn run(
         _ = tokio::time::sleep(program.timeout) => Err(ProgramFailure::Timeout(program.timeout)),
         _ = cancel.cancelled() => Err(ProgramFailure::Cancelled),
     };
-    // Whatever happened, nothing of the group outlives the run. The leader is not reaped
-    // yet (at most a zombie), so its pid, which is the group id, cannot have been reused:
-    // the kill cannot hit another process's group. Then it is reaped.
-    kill_group(pgid);
-    let status = child.wait().await;
+    // Whatever happened, nothing of the group outlives the run.
+    let status = child.kill_and_reap().await;
     let (out, stderr_tail) = result?;
     let stdout = out.ok_or(ProgramFailure::OutputTooLarge(max))?;
     let code = status.ok().and_then(|s| s.code());
@@ -129,108 +125,97 @@ pub async fn run(
     })
 }
 
-/// The end of a child's stderr, kept as it arrives by a task of its own.
-pub(crate) struct StderrTail {
-    text: std::sync::Arc<std::sync::Mutex<String>>,
-    reader: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl StderrTail {
-    /// A tail for a child without stderr.
-    pub(crate) fn empty() -> Self {
-        StderrTail {
-            text: Default::default(),
-            reader: None,
+/// A `command` executor's call: the arguments as JSON on stdin, `progress: ` lines of
+/// stderr as progress reports, stdout parsed by [`parse_command_stdout`].
+pub(super) async fn run_tool(
+    call: &ExecCall<'_>,
+    argv: &[String],
+    timeout_ms: Option<u64>,
+    env: &[String],
+) -> ToolOutput {
+    let stdin = call.args.to_string().into_bytes();
+    let timeout = Duration::from_millis(timeout_ms.unwrap_or(limits::COMMAND_TIMEOUT_MS));
+    let progress = Arc::clone(&call.progress);
+    let on_line = move |line: &str| {
+        if let Some(p) = line.strip_prefix("progress: ") {
+            progress(p);
         }
-    }
-
-    /// The text kept so far.
-    pub(crate) fn text(&self) -> String {
-        self.text.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The text once the reader has seen the end of the pipe (the child and everything
-    /// that shared its stderr are gone), or after `within`, whichever comes first: a
-    /// grandchild that kept the pipe open cannot hold the caller.
-    pub(crate) async fn finished(&mut self, within: Duration) -> String {
-        if let Some(reader) = self.reader.as_mut()
-            && tokio::time::timeout(within, reader).await.is_ok()
-        {
-            self.reader = None;
+    };
+    let program = Program {
+        argv,
+        env,
+        stdin: &stdin,
+        timeout,
+        max_stdout: limits::COMMAND_MAX_STDOUT,
+        on_stderr_line: Some(&on_line),
+    };
+    let name = &call.entry.descriptor.name;
+    match run(&program, &call.cancel).await {
+        Err(failure) => {
+            let status = match failure {
+                ProgramFailure::Timeout(_) => "timeout",
+                ProgramFailure::Cancelled => "cancelled",
+                ProgramFailure::OutputTooLarge(_) => "output-too-large",
+                ProgramFailure::Spawn(_) => "spawn-failed",
+            };
+            ToolOutput::error(
+                format!("tool `{name}`: the command {failure}"),
+                json!({"status": status}),
+            )
         }
-        self.text()
-    }
-
-    /// The shared text, with the reader left running until the pipe's end (dropping the
-    /// handle detaches the task), for a caller that keeps the text longer than this value.
-    pub(crate) fn detach(mut self) -> std::sync::Arc<std::sync::Mutex<String>> {
-        self.reader = None;
-        std::sync::Arc::clone(&self.text)
-    }
-}
-
-impl Drop for StderrTail {
-    fn drop(&mut self) {
-        if let Some(reader) = self.reader.take() {
-            reader.abort();
-        }
-    }
-}
-
-/// Keeps the last `keep` characters of `reader` (a child's stderr) as it arrives.
-pub(crate) fn keep_tail<R>(mut reader: R, keep: usize) -> StderrTail
-where
-    R: AsyncRead + Unpin + Send + 'static,
-{
-    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let kept = std::sync::Arc::clone(&text);
-    let reader = tokio::spawn(async move {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf).await {
-            if n == 0 {
-                break;
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut result = parse_command_stdout(&text);
+            if out.code != Some(0) {
+                result.is_error = true;
+                let code = out
+                    .code
+                    .map(|c| format!("exit code {c}"))
+                    .unwrap_or_else(|| "a signal".into());
+                if result.text.trim().is_empty() {
+                    result.text = format!(
+                        "tool `{name}` failed with {code}: {}",
+                        out.stderr_tail.trim()
+                    );
+                }
+                if let Value::Object(d) = &mut result.details {
+                    d.entry("status").or_insert(json!("failed"));
+                    d.insert("exit_code".into(), json!(out.code));
+                }
             }
-            let mut t = kept.lock().unwrap_or_else(|p| p.into_inner());
-            t.push_str(&String::from_utf8_lossy(&buf[..n]));
-            // Cut now and then, not at every chunk: a flood costs amortised linear time.
-            let len = t.chars().count();
-            if len > keep * 4 {
-                *t = t.chars().skip(len - keep).collect();
-            }
+            result
         }
-    });
-    StderrTail {
-        text,
-        reader: Some(reader),
     }
 }
 
-/// Waits until process `pid` has exited, leaving it unreaped (`WNOWAIT`), so the caller can
-/// still kill its group safely before reaping it.
-pub(crate) async fn wait_without_reaping(pid: Option<i32>) {
-    let Some(pid) = pid else { return };
-    let _ = tokio::task::spawn_blocking(move || {
-        use nix::sys::wait::{Id, WaitPidFlag, waitid};
-        loop {
-            match waitid(
-                Id::Pid(nix::unistd::Pid::from_raw(pid)),
-                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
-            ) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                _ => return,
-            }
-        }
-    })
-    .await;
-}
-
-fn kill_group(pgid: Option<u32>) {
-    if let Some(pid) = pgid.and_then(|p| i32::try_from(p).ok()) {
-        // The group may be gone already; that is the common case.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+/// A command's stdout: a JSON object `{"text"?, "details"?, "is_error"?}`, or plain text.
+fn parse_command_stdout(stdout: &str) -> ToolOutput {
+    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(stdout.trim())
+        && obj
+            .keys()
+            .all(|k| matches!(k.as_str(), "text" | "details" | "is_error"))
+    {
+        let text = match obj.get("text") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        return ToolOutput {
+            text,
+            details: obj
+                .get("details")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new())),
+            is_error: obj
+                .get("is_error")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        };
+    }
+    ToolOutput {
+        text: stdout.to_string(),
+        details: Value::Object(Map::new()),
+        is_error: false,
     }
 }
 
@@ -320,6 +305,18 @@ mod tests {
             &CancellationToken::new(),
         )
         .await
+    }
+
+    #[test]
+    fn command_stdout_is_json_or_text() {
+        let o = parse_command_stdout(r#"{"text": "hi", "details": {"n": 1}}"#);
+        assert_eq!((o.text.as_str(), o.details["n"].as_i64()), ("hi", Some(1)));
+        let o = parse_command_stdout("plain words\n");
+        assert_eq!(o.text, "plain words\n");
+        let o = parse_command_stdout(r#"{"other": 1}"#);
+        assert_eq!(o.text, r#"{"other": 1}"#);
+        let o = parse_command_stdout(r#"{"text": "bad", "is_error": true}"#);
+        assert!(o.is_error);
     }
 
     #[tokio::test]

@@ -1,0 +1,259 @@
+//! A run: a slot, a ready child, the `run` frame, then the loop that relays the child's
+//! frames — console lines kept, bridge calls handed to the [`Bridge`] as tasks, the
+//! answers queued to the child — until its result, its error, its death, the deadline or
+//! the caller's cancel. The child is killed whatever the outcome.
+//!
+//! Never waits on the child anywhere but the framed read, and never decides policy: a
+//! bridge call's answer is the bridge's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{self, ChildFrame, Frame, ProtocolError};
+use super::{Bridge, BridgeFailure, Child, LogLine, RunReport, Sandbox, SandboxError};
+
+/// Frames to the child go through a task of their own. A child that stops reading fills
+/// the socket and blocks that task, never the run loop, which keeps watching the deadline.
+/// The queue holds at most one answer per bridge call plus the `run` frame, so it is
+/// bounded by the calls a run may make and never has to wait for room.
+struct Outbox {
+    queue: mpsc::Sender<Vec<u8>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Outbox {
+    fn start(mut writer: OwnedWriteHalf, capacity: usize) -> Self {
+        let (queue, mut rx) = mpsc::channel::<Vec<u8>>(capacity.max(1));
+        let task = tokio::spawn(async move {
+            while let Some(bytes) = rx.recv().await {
+                if writer.write_all(&bytes).await.is_err() {
+                    // The child closed its end: the read side says how it ended.
+                    break;
+                }
+            }
+        });
+        Outbox { queue, task }
+    }
+
+    fn send(&self, frame: &Value) -> Result<(), SandboxError> {
+        let mut bytes = frame.to_string().into_bytes();
+        bytes.push(b'\n');
+        match self.queue.try_send(bytes) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(SandboxError::new(
+                "protocol",
+                "more answers are queued for the child than it made calls",
+            )),
+        }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Bytes a `bridge` frame may carry beyond its arguments (`{"type":"bridge","id":N,
+/// "method":"describe","args":...}`), so the parent can bound the arguments by the line.
+const BRIDGE_FRAME_OVERHEAD: usize = 128;
+
+/// Bytes a `result` frame may carry beyond its value.
+const RESULT_FRAME_OVERHEAD: usize = 64;
+
+impl Sandbox {
+    /// A slot for one run, waited for at most `within` (then `busy`). Taken before a child
+    /// is: a flood of calls waits here instead of starting children.
+    pub async fn slot(&self, within: Duration) -> Result<OwnedSemaphorePermit, SandboxError> {
+        match tokio::time::timeout(within, Arc::clone(&self.runs).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(SandboxError::new(
+                "busy",
+                format!(
+                    "{} tool_search_code runs are already running in this host; try again when one has finished",
+                    self.policy.limits.max_concurrent_runs
+                ),
+            )),
+        }
+    }
+
+    /// Takes a slot, spawns a child and runs `code` on it.
+    pub async fn run(&self, code: &str, timeout: Duration, bridge: Arc<dyn Bridge>) -> RunReport {
+        let _slot = match self.slot(timeout).await {
+            Ok(s) => s,
+            Err(e) => return RunReport::failed(e),
+        };
+        match self.spawn(timeout).await {
+            Ok(child) => {
+                self.run_on(child, code, timeout, bridge, CancellationToken::new())
+                    .await
+            }
+            Err(e) => RunReport::failed(e),
+        }
+    }
+
+    /// Runs `code` on a ready child, then kills the child's group whatever happened.
+    /// `cancel` ends the run early (as `cancelled`): the caller went away.
+    pub async fn run_on(
+        &self,
+        mut child: Child,
+        code: &str,
+        timeout: Duration,
+        bridge: Arc<dyn Bridge>,
+        cancel: CancellationToken,
+    ) -> RunReport {
+        let cancel = cancel.child_token();
+        let mut logs = Vec::new();
+        let max = self.policy.limits.max_code_bytes;
+        let outcome = if code.len() > max {
+            Err(SandboxError::new(
+                "code-error",
+                format!("the code is {} bytes; the limit is {max}", code.len()),
+            ))
+        } else {
+            self.drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
+                .await
+        };
+        cancel.cancel();
+        child.kill_now_reap_later();
+        RunReport { outcome, logs }
+    }
+
+    /// The run loop. Nothing in it waits on the child except the framed read, which is
+    /// safe to cancel: writes are queued to the [`Outbox`], bridge calls run as tasks
+    /// (at most `max_calls_in_flight` at once), so the deadline arm is always polled and
+    /// wins whenever it has passed.
+    async fn drive(
+        &self,
+        child: &mut Child,
+        code: &str,
+        timeout: Duration,
+        bridge: Arc<dyn Bridge>,
+        cancel: &CancellationToken,
+        logs: &mut Vec<LogLine>,
+    ) -> Result<Value, SandboxError> {
+        let l = &self.policy.limits;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let writer = child
+            .writer
+            .take()
+            .ok_or_else(|| SandboxError::new("protocol", "this child has already run"))?;
+        let outbox = Outbox::start(writer, l.max_bridge_calls + 1);
+        outbox.send(&json!({
+            "type": "run",
+            "code": code,
+            "limits": {
+                "maxResultBytes": l.max_result_bytes,
+                "maxLogBytes": l.max_log_bytes,
+                "maxLogLines": l.max_log_lines,
+                "maxBridgeCalls": l.max_bridge_calls,
+                "maxArgBytes": l.max_arg_bytes,
+                "syncTimeoutMs": timeout.as_millis() as u64,
+            },
+        }))?;
+        let timed_out = || {
+            SandboxError::new(
+                "timeout",
+                format!(
+                    "tool_search_code timed out after {} ms",
+                    timeout.as_millis()
+                ),
+            )
+        };
+        let permits = Arc::new(Semaphore::new(l.max_calls_in_flight.max(1)));
+        let mut log_bytes = 0usize;
+        let mut in_flight: JoinSet<(u64, Result<Value, BridgeFailure>)> = JoinSet::new();
+        let mut bridge_calls = 0usize;
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut deadline => return Err(timed_out()),
+                _ = cancel.cancelled() => {
+                    return Err(SandboxError::new("cancelled", "the run was cancelled by its caller"));
+                }
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    let Ok((id, outcome)) = done else { continue };
+                    let frame = match outcome {
+                        Ok(value) => json!({"type": "bridge-result", "id": id, "ok": true, "value": value}),
+                        Err(f) => json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}}),
+                    };
+                    outbox.send(&frame)?;
+                }
+                frame = child.frames.next() => {
+                    let Frame { frame, bytes } = match frame {
+                        Some(Ok(f)) => f,
+                        // The child closed its end, or the socket failed as it died: how
+                        // it ended is the answer, unless the deadline passed first.
+                        None | Some(Err(ProtocolError::Io(_))) => {
+                            return Err(tokio::select! {
+                                biased;
+                                _ = &mut deadline => timed_out(),
+                                e = self.exited(child) => e,
+                            });
+                        }
+                        Some(Err(e)) => return Err(SandboxError::new("protocol", e.to_string())),
+                    };
+                    match frame {
+                        ChildFrame::Ready {} => {
+                            return Err(SandboxError::new("protocol", "a second `ready` from the child"));
+                        }
+                        ChildFrame::Log { level, items } => {
+                            for text in items {
+                                log_bytes += text.len();
+                                if logs.len() > l.max_log_lines || log_bytes > l.max_log_bytes + 4096 {
+                                    return Err(SandboxError::new("protocol", "the child sent more console output than its limits allow"));
+                                }
+                                logs.push(LogLine { level, text });
+                            }
+                        }
+                        ChildFrame::Bridge { id, method, args } => {
+                            bridge_calls += 1;
+                            if bridge_calls > l.max_bridge_calls {
+                                return Err(SandboxError::new("protocol", format!("more than {} bridge calls", l.max_bridge_calls)));
+                            }
+                            if bytes > l.max_arg_bytes + BRIDGE_FRAME_OVERHEAD {
+                                return Err(SandboxError::new("protocol", format!(
+                                    "a bridge call of {bytes} bytes; its arguments may have at most {}", l.max_arg_bytes)));
+                            }
+                            let bridge = Arc::clone(&bridge);
+                            let cancel = cancel.child_token();
+                            let permits = Arc::clone(&permits);
+                            in_flight.spawn(async move {
+                                let _permit = permits.acquire_owned().await;
+                                (id, bridge.call(method, args, cancel).await)
+                            });
+                        }
+                        ChildFrame::Result { ok: true, value, .. } => {
+                            if bytes > l.max_result_bytes + RESULT_FRAME_OVERHEAD {
+                                return Err(SandboxError::new("output-too-large", format!(
+                                    "the return value is about {bytes} bytes of JSON; the limit is {}", l.max_result_bytes)));
+                            }
+                            return Ok(value);
+                        }
+                        ChildFrame::Result { ok: false, error, .. } => {
+                            let e = error.unwrap_or(protocol::GuestError { code: "code-error".into(), message: "error".into(), line: None });
+                            let code = match e.code.as_str() {
+                                "output-too-large" => "output-too-large",
+                                _ => "code-error",
+                            };
+                            let message = match e.line {
+                                Some(line) => format!("{} (line {line})", e.message),
+                                None => e.message,
+                            };
+                            return Err(SandboxError::new(code, message));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
