@@ -193,3 +193,25 @@ fn main_is_a_thin_shell() {
     let lines = main.lines().count();
     assert!(lines <= 400, "src/main.rs has {lines} lines; at most 400");
 }
+
+/// Group killing and the parent-death signal are one concern with one owner: a second
+/// copy is how a child outlives its host on one path and not another.
+#[test]
+fn process_groups_and_parent_death_live_in_one_file() {
+    let owner = code_of(&std::fs::read_to_string(src().join("process/mod.rs")).unwrap());
+    assert!(owner.contains("PR_SET_PDEATHSIG") && owner.contains("killpg"));
+    let root = src();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    for needle in ["PR_SET_PDEATHSIG", "killpg", "setpgid", "process_group("] {
+        let holders: Vec<String> = files
+            .iter()
+            .filter(|f| code_of(&std::fs::read_to_string(f).unwrap()).contains(needle))
+            .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        assert!(
+            holders.iter().all(|h| h == "process/mod.rs"),
+            "`{needle}` outside src/process/mod.rs: {holders:?}"
+        );
+    }
+}

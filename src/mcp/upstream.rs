@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -257,11 +257,6 @@ impl Drop for Hub {
             up.signal(nix::sys::signal::Signal::SIGKILL);
         }
     }
-}
-
-/// A lock that a panicked holder does not poison for the rest of the host.
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The transport's `initialize` and the paged `tools/list`, or why not.

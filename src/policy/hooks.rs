@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HookConfig;
-use crate::executors::command::{self, Program};
+use crate::process::program::{self as command, Program};
 
 /// Used when a hook gives no `timeout_ms`.
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;

@@ -13,6 +13,8 @@
 //! This module calls nothing else in the crate. It never decides when a child must die:
 //! its callers do (a deadline, a stop, a run that ended).
 
+pub mod program;
+
 use std::io;
 use std::process::ExitStatus;
 use std::sync::Arc;
