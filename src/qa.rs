@@ -309,22 +309,7 @@ fn check_lane(
     tools: usize,
 ) -> Lane {
     let mut failures = Vec::new();
-    let text: String = answer
-        .get("output")
-        .and_then(Value::as_array)
-        .map(|o| {
-            o.iter()
-                .flat_map(|i| {
-                    i.get("content")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default()
-                })
-                .filter_map(|c| c.get("text").and_then(Value::as_str).map(str::to_string))
-                .collect::<Vec<_>>()
-                .join("")
-        })
-        .unwrap_or_default();
+    let text = crate::provider::normalize::responses_output_text(answer);
     let calls: Vec<&Value> = log.iter().filter(|e| e["event"] == "call").collect();
     let call_ids: Vec<String> = calls
         .iter()

@@ -245,24 +245,7 @@ fn reply_text(provider: Provider, v: &Value) -> String {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string(),
-        _ => v
-            .get("output")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
-                    .flat_map(|i| {
-                        i.get("content")
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default()
-                    })
-                    .filter_map(|c| c.get("text").and_then(Value::as_str).map(str::to_string))
-                    .collect::<Vec<_>>()
-                    .join("")
-            })
-            .unwrap_or_default(),
+        _ => crate::provider::normalize::responses_output_text(v),
     }
 }
 

@@ -765,3 +765,26 @@ fn block_index(
         .and_then(Value::as_u64)
         .ok_or_else(|| bad(provider, &format!("`{kind}` has no `index`")))
 }
+
+/// The answer's text of a Responses body: the text parts of its `message` items, joined
+/// (tool calls carry none). The gateway's client reads provider answers with it, and QA the
+/// gateway's own.
+pub fn responses_output_text(body: &Value) -> String {
+    body.get("output")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+                .flat_map(|i| {
+                    i.get("content")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .filter_map(|c| c.get("text").and_then(Value::as_str).map(str::to_string))
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
