@@ -2229,3 +2229,23 @@ mod usage {
         assert!(v["error"]["code"].is_string(), "{v}");
     }
 }
+
+/// An MCP client or a CI log that captures stderr shows colour codes as text: a warning
+/// written to a pipe has none, with or without `NO_COLOR`.
+#[test]
+fn log_lines_on_a_pipe_carry_no_colour_codes() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.with_config("[tools.toolSearch]\nmode = \"sideways\"\n");
+    cmd.env_remove("NO_COLOR")
+        .args(["search", "issue", "--json"]);
+    let out = cmd.output().expect("run toolsearch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sideways"),
+        "no warning was written: {stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes on a pipe: {stderr:?}"
+    );
+}

@@ -469,8 +469,8 @@ impl Upstream {
         }
     }
 
-    /// After `tools/list_changed`: the new list, or the server marked down if it cannot
-    /// give one.
+    /// After `tools/list_changed`: the new list; if the server cannot give one, its previous
+    /// tools stay (it is not marked down: the watcher reports a death, this does not).
     async fn relist(&self) {
         let peer = match &*self.state.lock() {
             State::Up { peer, .. } => peer.clone(),
