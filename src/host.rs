@@ -247,6 +247,13 @@ impl Host {
         })
     }
 
+    /// Builds the catalog's search index in the background, for hosts that serve many
+    /// requests: the first search then does not wait for it. On a runtime.
+    pub fn warm(&self) {
+        let catalog = self.catalog();
+        tokio::task::spawn_blocking(move || catalog.warm());
+    }
+
     /// Stops what the host started: the upstream servers (each through its shutdown, so no
     /// process group is left behind).
     pub async fn stop(&self) {

@@ -80,6 +80,7 @@ pub async fn run(
         spares: spares.clone(),
     })?;
     server.follow(host.live());
+    host.warm();
     let served = match transport {
         Transport::Stdio => {
             let mut stop = std::pin::pin!(stop);

@@ -142,7 +142,12 @@ pub struct Catalog {
     hidden: Vec<HiddenTool>,
     notices: Vec<Notice>,
     filtered: usize,
-    index: SearchIndex,
+    /// The search index, built at the first search: a command that never searches (a
+    /// `code` run that only calls tools, `describe` of a known id, `catalog`) does not pay
+    /// for it. Long-lived hosts build it ahead ([`Catalog::warm`]).
+    index: std::sync::OnceLock<std::result::Result<SearchIndex, String>>,
+    /// What the index is built from, until it is.
+    docs: parking_lot::Mutex<Vec<IndexDoc>>,
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
@@ -177,8 +182,6 @@ impl Catalog {
             entries.push(entry);
             docs.extend(doc);
         }
-        let index = SearchIndex::build(&docs)?;
-        drop(docs);
         let mut by_id = HashMap::with_capacity(entries.len());
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -194,7 +197,8 @@ impl Catalog {
             hidden: plan.hidden,
             notices: plan.notices,
             filtered: plan.filtered,
-            index,
+            index: std::sync::OnceLock::new(),
+            docs: parking_lot::Mutex::new(docs),
             by_id,
             by_name,
             settings: facts.config.tools.tool_search.clone(),
@@ -324,18 +328,18 @@ impl Catalog {
             .iter()
             .map(|q| {
                 let limit = self.effective_limit(q.limit);
-                BatchGroup {
+                Ok(BatchGroup {
                     query: q.query.clone(),
                     candidates: self
-                        .index
+                        .index()?
                         .search(&q.query, limit)
                         .into_iter()
                         .map(|h| self.entries[h.ord].compact.clone())
                         .collect(),
                     truncated: false,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let mut truncated = false;
         let total = |g: &[BatchGroup]| g.iter().map(|g| g.candidates.len()).sum::<usize>();
         while total(&groups) > MAX_TOTAL_RESULTS || response_bytes(&groups) > MAX_RESPONSE_BYTES {
@@ -453,8 +457,10 @@ impl Catalog {
             .take(MAX_SUGGESTIONS)
             .map(|(_, i)| self.entries[i].id.clone())
             .collect();
-        if out.len() < MAX_SUGGESTIONS {
-            for h in self.index.search(requested, MAX_SUGGESTIONS) {
+        if out.len() < MAX_SUGGESTIONS
+            && let Ok(index) = self.index()
+        {
+            for h in index.search(requested, MAX_SUGGESTIONS) {
                 let id = &self.entries[h.ord].id;
                 if !out.contains(id) && out.len() < MAX_SUGGESTIONS {
                     out.push(id.clone());
@@ -464,9 +470,23 @@ impl Catalog {
         out
     }
 
-    /// The index, for `eval` and benchmarks.
-    pub fn index(&self) -> &SearchIndex {
-        &self.index
+    /// The search index over the cataloged entries (positions match
+    /// [`Catalog::cataloged`]), built now if no search has built it yet.
+    pub fn index(&self) -> Result<&SearchIndex> {
+        self.index
+            .get_or_init(|| {
+                let docs = std::mem::take(&mut *self.docs.lock());
+                SearchIndex::build(&docs).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Index(e.clone()))
+    }
+
+    /// Builds the index ahead of the first search, for hosts that outlive one command.
+    pub fn warm(&self) {
+        if let Err(e) = self.index() {
+            tracing::warn!("{e}");
+        }
     }
 }
 
@@ -512,6 +532,20 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_index_is_built_by_the_first_search_only() {
+        let c = demo();
+        assert!(c.index.get().is_none(), "built before any search");
+        assert!(c.resolve("openclaw:github:create_issue").is_ok());
+        assert!(c.index.get().is_none(), "a lookup by id built it");
+        assert!(!c.search("create issue", None).unwrap().is_empty());
+        assert!(c.index.get().is_some());
+        assert!(
+            c.docs.lock().is_empty(),
+            "the documents are kept after indexing"
+        );
     }
 
     #[test]

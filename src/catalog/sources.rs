@@ -68,6 +68,8 @@ impl Sources {
                     };
                     match sources.build() {
                         Ok(c) => {
+                            // Only long-lived hosts follow changes: they search again soon.
+                            c.warm();
                             if tx.send(Arc::new(c)).is_err() {
                                 return;
                             }

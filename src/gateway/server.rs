@@ -135,6 +135,7 @@ impl Gateway {
             }
         })?;
         let gateway = Gateway::new(Arc::clone(&host), Arc::new(model), provider);
+        host.warm();
         gateway.stop_on(stop);
         let served = gateway
             .serve(listener)

@@ -373,7 +373,7 @@ fn build_directory(catalog: &Catalog, options: &Options, surface: &mut Surface) 
         }
     }
     if loaded.len() < want && !options.prompt.trim().is_empty() {
-        for h in catalog.index().search(options.prompt, want + client.len()) {
+        for h in catalog.index()?.search(options.prompt, want + client.len()) {
             let e = &catalog.cataloged()[h.ord];
             if loaded.len() >= want {
                 break;
