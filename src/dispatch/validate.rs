@@ -2,7 +2,9 @@
 //! tool (compiling costs tens of microseconds; checking a small object, about one).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use serde_json::Value;
 
@@ -28,8 +30,7 @@ impl Validators {
     }
 
     fn get(&self, entry: &Entry) -> Result<Arc<jsonschema::Validator>> {
-        if let Ok(cache) = self.cache.lock()
-            && let Some((schema, v)) = cache.get(&entry.id)
+        if let Some((schema, v)) = self.cache.lock().get(&entry.id)
             && schema.as_str() == entry.descriptor.input_schema.as_str()
         {
             return Ok(Arc::clone(v));
@@ -40,15 +41,13 @@ impl Validators {
             message: e.to_string(),
         })?;
         let validator = Arc::new(validator);
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(
-                entry.id.clone(),
-                (
-                    entry.descriptor.input_schema.clone(),
-                    Arc::clone(&validator),
-                ),
-            );
-        }
+        self.cache.lock().insert(
+            entry.id.clone(),
+            (
+                entry.descriptor.input_schema.clone(),
+                Arc::clone(&validator),
+            ),
+        );
         Ok(validator)
     }
 }

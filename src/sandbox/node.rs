@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 
 use serde::Serialize;
 
@@ -55,9 +57,7 @@ fn probes() -> &'static ProbeCache {
 /// Forgets what is known of `path` (this process's probe and the machine's cached one);
 /// whether there was a cached one on disk to forget.
 pub fn forget(path: &Path) -> bool {
-    if let Ok(mut c) = probes().lock() {
-        c.remove(path);
-    }
+    probes().lock().remove(path);
     let Ok(canonical) = std::fs::canonicalize(path) else {
         return false;
     };
@@ -70,15 +70,11 @@ pub fn forget(path: &Path) -> bool {
 /// Probes `path`, once per process.
 pub fn probe(path: &Path) -> Result<NodeInfo, String> {
     let cache = probes();
-    if let Ok(c) = cache.lock()
-        && let Some(r) = c.get(path)
-    {
+    if let Some(r) = cache.lock().get(path) {
         return r.clone();
     }
     let result = probe_uncached(path);
-    if let Ok(mut c) = cache.lock() {
-        c.insert(path.to_path_buf(), result.clone());
-    }
+    cache.lock().insert(path.to_path_buf(), result.clone());
     result
 }
 

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,8 +29,8 @@ pub struct Counters {
     calls: AtomicU64,
     /// Calls whose executor ran.
     executed: AtomicU64,
-    by_source: Mutex<BTreeMap<String, u64>>,
-    selected: Mutex<Vec<String>>,
+    by_source: parking_lot::Mutex<BTreeMap<String, u64>>,
+    selected: parking_lot::Mutex<Vec<String>>,
 }
 
 /// A snapshot of [`Counters`].
@@ -62,12 +61,12 @@ impl Counters {
 
     pub fn executed(&self, id: &str, source: Source) {
         self.executed.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut map) = self.by_source.lock() {
-            *map.entry(source.as_str().to_string()).or_default() += 1;
-        }
-        if let Ok(mut selected) = self.selected.lock() {
-            selected.push(id.to_string());
-        }
+        *self
+            .by_source
+            .lock()
+            .entry(source.as_str().to_string())
+            .or_default() += 1;
+        self.selected.lock().push(id.to_string());
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {
@@ -76,8 +75,8 @@ impl Counters {
             describe_count: self.describes.load(Ordering::Relaxed),
             call_count: self.calls.load(Ordering::Relaxed),
             executed_count: self.executed.load(Ordering::Relaxed),
-            executed_by_source: self.by_source.lock().map(|m| m.clone()).unwrap_or_default(),
-            selected: self.selected.lock().map(|s| s.clone()).unwrap_or_default(),
+            executed_by_source: self.by_source.lock().clone(),
+            selected: self.selected.lock().clone(),
         }
     }
 }
@@ -87,7 +86,7 @@ impl Counters {
 pub struct SessionLog {
     session: String,
     path: Option<PathBuf>,
-    file: Option<Mutex<File>>,
+    file: Option<parking_lot::Mutex<File>>,
     seq: AtomicU64,
 }
 
@@ -115,7 +114,7 @@ impl SessionLog {
         Ok(SessionLog {
             session: session.to_string(),
             path: Some(path),
-            file: Some(Mutex::new(file)),
+            file: Some(parking_lot::Mutex::new(file)),
             seq: AtomicU64::new(0),
         })
     }
@@ -153,13 +152,8 @@ impl SessionLog {
         }
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
-        match file.lock() {
-            Ok(mut f) => {
-                if let Err(e) = f.write_all(&bytes) {
-                    tracing::error!("session log write failed: {e}");
-                }
-            }
-            Err(_) => tracing::error!("session log lock poisoned"),
+        if let Err(e) = file.lock().write_all(&bytes) {
+            tracing::error!("session log write failed: {e}");
         }
     }
 }
