@@ -135,6 +135,11 @@ fn bad_input_is_a_4xx_with_a_json_error() {
             ),
             (json!({"input": 42}).to_string(), "input type"),
             (json!({"input": "x", "stream": true}).to_string(), "stream"),
+            // A key of the gateway's own making would gather the requests that sent none.
+            (
+                json!({"input": "x", "metadata": {"session_key": "gw-7"}}).to_string(),
+                "generated key",
+            ),
         ] {
             let r = http
                 .post(format!("{url}/v1/responses"))

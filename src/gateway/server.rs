@@ -35,6 +35,11 @@ use crate::sandbox::spares::SparePool;
 use crate::surface;
 use crate::telemetry::SessionLog;
 
+/// The keys made for requests that name no session. A client may not use one: it would
+/// name a request's log and, before this rule, could be made to collect requests that
+/// were not its own.
+pub const GENERATED_KEY_PREFIX: &str = "gw-";
+
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// What the gateway runs with.
@@ -197,7 +202,9 @@ impl Gateway {
 
     async fn session(&self, key: &str, keep: bool) -> Result<Arc<Session>, String> {
         let mut sessions = self.sessions.lock().await;
-        if let Some(s) = sessions.get(key) {
+        // Only a named session is looked up: a request without a key never joins one,
+        // whatever key the gateway made up for it.
+        if keep && let Some(s) = sessions.get(key) {
             return Ok(Arc::clone(s));
         }
         let log =
@@ -279,11 +286,19 @@ async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Respon
     let keep = given.is_some();
     let key = given.unwrap_or_else(|| {
         format!(
-            "gw-{}",
+            "{GENERATED_KEY_PREFIX}{}",
             gw.counter
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         )
     });
+    if keep && key.starts_with(GENERATED_KEY_PREFIX) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "metadata.session_key: `{GENERATED_KEY_PREFIX}` begins the keys this gateway makes for requests without one; choose another key"
+            ),
+        );
+    }
     if key.len() > 200 {
         return error(
             StatusCode::BAD_REQUEST,
