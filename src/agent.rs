@@ -487,11 +487,7 @@ impl Agent {
         }
         match spec.name.as_str() {
             surface::TOOL_SEARCH_CODE => {
-                let code = call
-                    .arguments
-                    .get("code")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let code = str_arg(&call.arguments, "code");
                 let Some(sandbox) = &self.sandbox else {
                     return Outcome::error(
                         "tool_search_code is unavailable: no sandbox in this host".into(),
@@ -526,11 +522,7 @@ impl Agent {
                 Err(e) => Outcome::error(e),
             },
             surface::TOOL_DESCRIBE => {
-                let id = call
-                    .arguments
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let id = str_arg(&call.arguments, "id");
                 match d.describe(id, "tool_call") {
                     Ok(desc) => Outcome::json(&desc, false),
                     Err(e) => Outcome::error(e.to_string()),
@@ -572,6 +564,12 @@ impl Agent {
             Err(e) => Outcome::error(e.to_string()),
         }
     }
+}
+
+/// A control tool's string argument; its declared schema was checked already, so a missing
+/// one is the empty string the schema allowed.
+fn str_arg<'a>(args: &'a Value, key: &str) -> &'a str {
+    args.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 enum SearchArgs {
