@@ -8,7 +8,8 @@
 //! fails on a cycle). Bottom to top:
 //!
 //! - leaves: [`error`], [`ids`] (sources, tool ids, what policy matches a tool by),
-//!   [`signals`]; [`config`], the TOML as plain data;
+//!   [`signals`], [`cache`] (this user's cache folder and when to trust it); [`config`],
+//!   the TOML as plain data;
 //! - [`search`] (the tantivy index and the ranking) and [`policy`] (which tools exist, which
 //!   need approval, the hooks), both over config types and names, never over the catalog;
 //! - [`catalog`]: load, plan (policy applied, so nothing above sees a filtered tool),
@@ -24,6 +25,7 @@
 //!   [`qa`]; [`eval`] and [`synth`] for retrieval quality.
 
 pub mod agent;
+pub mod cache;
 pub mod catalog;
 pub mod code;
 pub mod commands;
