@@ -204,11 +204,28 @@ pub struct AuthConfig {
     pub profiles: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
     #[serde(default)]
     pub paths: Vec<PathBuf>,
+    /// Keep the planned catalog and its index in this user's cache between runs
+    /// (`catalog::store`); `false` plans and indexes in every process.
+    #[serde(default = "yes")]
+    pub cache: bool,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            paths: Vec::new(),
+            cache: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[provider]`: the model the gateway talks to.
@@ -693,6 +710,7 @@ impl Config {
                 .into_iter()
                 .map(|p| if p.is_absolute() { p } else { base.join(p) })
                 .collect(),
+            cache: raw.catalog.cache,
         };
         for (phase, hooks) in [
             ("before_tool_call", &raw.hooks.before_tool_call),

@@ -2249,3 +2249,178 @@ fn log_lines_on_a_pipe_carry_no_colour_codes() {
         "colour codes on a pipe: {stderr:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The catalog store: planned catalogs and indexes kept between runs
+// ---------------------------------------------------------------------------------------
+mod store {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> String {
+        json!({
+            "name": name,
+            "description": description,
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "executor": {"kind": "fixture", "text": "ok"}
+        })
+        .to_string()
+            + "\n"
+    }
+
+    /// `toolsearch` with its cache in the sandbox.
+    fn cached(sb: &Sandbox, catalog: &Path) -> Command {
+        let mut cmd = sb.cmd();
+        cmd.env("XDG_CACHE_HOME", sb.path().join("cache"))
+            .arg("--catalog")
+            .arg(catalog);
+        cmd
+    }
+
+    fn stored(sb: &Sandbox, suffix: &str) -> usize {
+        fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(suffix))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_repeated_search_reads_the_stored_catalog_and_sees_every_change() {
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city") + &tool("send_mail", "Send an email"),
+        );
+        let first = ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(ids(&first)[0], "openclaw:core:weather_now");
+        assert_eq!((stored(&sb, ".catalog"), stored(&sb, ".index")), (1, 1));
+        let again = ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(again, first);
+        assert_eq!(stored(&sb, ".catalog"), 1, "an unchanged file is a hit");
+
+        // The next run reads the stored catalog, not the file: a stored text edited in
+        // place (this user's own folder; same length, so the record stays whole) is what
+        // it shows.
+        let entry = fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "catalog"))
+            .unwrap();
+        let kept = fs::read(&entry).unwrap();
+        let mut edited = kept.clone();
+        let (from, to) = (b"Current weather", b"Archived report");
+        let mut replaced = 0;
+        for i in 0..edited.len().saturating_sub(from.len()) {
+            if &edited[i..i + from.len()] == from {
+                edited[i..i + from.len()].copy_from_slice(to);
+                replaced += 1;
+            }
+        }
+        assert!(replaced > 0);
+        fs::write(&entry, &edited).unwrap();
+        let d = ok_json(cached(&sb, &file).args(["describe", "weather_now", "--json"]));
+        assert_eq!(d["description"], "Archived report for a city");
+        fs::write(&entry, kept).unwrap();
+
+        // A tool appended to the file is found by the next search.
+        let mut text = fs::read_to_string(&file).unwrap();
+        text.push_str(&tool("book_flight", "Book a flight between two airports"));
+        fs::write(&file, &text).unwrap();
+        let hits = ok_json(cached(&sb, &file).args(["search", "book a flight", "--json"]));
+        assert_eq!(ids(&hits)[0], "openclaw:core:book_flight");
+
+        // One byte changed, the same length, in the same second: still seen.
+        let changed = text.replace("Send an email", "Send an emaiL");
+        assert_eq!(changed.len(), text.len());
+        fs::write(&file, &changed).unwrap();
+        let d = ok_json(cached(&sb, &file).args(["describe", "send_mail", "--json"]));
+        assert_eq!(d["description"], "Send an emaiL");
+
+        // A file that no longer parses is an error, not an old answer.
+        fs::write(&file, "{not json\n").unwrap();
+        let m = err_json(
+            cached(&sb, &file).args(["search", "mail", "--json"]),
+            2,
+            "bad-catalog",
+        );
+        assert!(m.contains("tools.jsonl"), "{m}");
+    }
+
+    #[test]
+    fn a_changed_environment_variable_replans() {
+        let sb = Sandbox::new();
+        let file = fixture("descriptors.json");
+        for (value, hidden) in [
+            (None, true),
+            (Some("1"), false),
+            (None, true),
+            (Some("1"), false),
+        ] {
+            let mut cmd = cached(&sb, &file);
+            if let Some(v) = value {
+                cmd.env("TS_TEST_VAR", v);
+            }
+            let c = ok_json(cmd.args(["catalog", "--json"]));
+            assert_eq!(
+                hidden_ids(&c).contains(&"openclaw:core:secret_tool".to_string()),
+                hidden,
+                "TS_TEST_VAR={value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_unwritable_store_is_never_an_error() {
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city"),
+        );
+        let want = ok_json(cached(&sb, &file).args(["search", "weather", "--json"]));
+
+        // Every stored file cut short or overwritten with garbage.
+        let dir = sb.path().join("cache/toolsearch/catalogs");
+        let mut files = vec![];
+        for e in fs::read_dir(&dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                files.extend(fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()));
+            } else {
+                files.push(e.path());
+            }
+        }
+        assert!(files.len() > 2, "{files:?}");
+        for f in &files {
+            fs::write(f, b"\x00garbage").unwrap();
+        }
+        for _ in 0..2 {
+            let hits = ok_json(cached(&sb, &file).args(["search", "weather", "--json"]));
+            assert_eq!(hits, want);
+        }
+
+        // A cache root that is a file: nothing is stored, everything works.
+        let blocked = sb.write("blocked", "not a folder");
+        let hits = ok_json(
+            sb.cmd()
+                .env("XDG_CACHE_HOME", &blocked)
+                .arg("--catalog")
+                .arg(&file)
+                .args(["search", "weather", "--json"]),
+        );
+        assert_eq!(hits, want);
+
+        // `[catalog] cache = false`: nothing is written.
+        let sb2 = Sandbox::new();
+        let config = sb2.write("c.toml", "[catalog]\ncache = false\n");
+        let hits = ok_json(
+            cached(&sb2, &file)
+                .arg("--config")
+                .arg(&config)
+                .args(["search", "weather", "--json"]),
+        );
+        assert_eq!(hits, want);
+        assert!(!sb2.path().join("cache/toolsearch/catalogs").exists());
+    }
+}

@@ -22,15 +22,18 @@ mod score;
 pub mod synonyms;
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use serde_json::Value;
 use tantivy::indexer::NoMergePolicy;
 use tantivy::indexer::UserOperation;
-use tantivy::schema::{FAST, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
+};
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{Index, IndexWriter, ReloadPolicy};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use score::Scorer;
 use synonyms::Synonyms;
 
@@ -152,6 +155,8 @@ const PRE_ANALYZED: &str = "pre-analyzed";
 const INDEX_BATCH: usize = 1_000;
 /// Indexing memory; 10,000 tools fit in one segment.
 const WRITER_MEMORY: usize = 50_000_000;
+/// Beside an index on disk: each document's term counts, little-endian `u32` pairs.
+pub const LENGTHS_FILE: &str = "lengths";
 
 /// One result: the position of the entry in the slice the index was built from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,6 +177,8 @@ pub struct SearchIndex {
     /// Lowercased name or id -> entries, ids first.
     exact: HashMap<String, Vec<usize>>,
     len: usize,
+    /// Term counts of the scored fields per document, kept to be written beside the index.
+    lengths: Vec<[u32; 2]>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -183,24 +190,72 @@ impl std::fmt::Debug for SearchIndex {
 }
 
 impl SearchIndex {
-    /// Indexes `docs`; hits refer to positions in this slice.
+    /// Indexes `docs` in memory; hits refer to positions in this slice.
     pub fn build(docs: &[IndexDoc]) -> Result<Self> {
-        let mut builder = Schema::builder();
-        let text_options = TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(PRE_ANALYZED)
-                .set_index_option(IndexRecordOption::WithFreqs),
-        );
-        let ord_field = builder.add_u64_field("ord", INDEXED | FAST);
-        let text_field = builder.add_text_field("text", text_options.clone());
-        let name_field = builder.add_text_field("name", text_options);
-        let index = Index::create_in_ram(builder.build());
-        let mut analyzer = analyze::analyzer();
-        index.tokenizers().register(
-            PRE_ANALYZED,
-            TextAnalyzer::from(WhitespaceTokenizer::default()),
-        );
+        Self::write(Index::create_in_ram(index_schema()), docs)
+    }
 
+    /// Indexes `docs` into the empty folder `dir`, where [`SearchIndex::open`] finds it
+    /// again: tantivy's files, and the documents' lengths beside them.
+    pub fn build_in(dir: &Path, docs: &[IndexDoc]) -> Result<Self> {
+        let index = Index::create_in_dir(dir, index_schema())?;
+        let built = Self::write(index, docs)?;
+        let mut bytes = Vec::with_capacity(built.lengths.len() * 8);
+        for pair in &built.lengths {
+            bytes.extend(pair[0].to_le_bytes());
+            bytes.extend(pair[1].to_le_bytes());
+        }
+        std::fs::write(dir.join(LENGTHS_FILE), bytes)
+            .map_err(|e| Error::Index(format!("cannot write {}: {e}", dir.display())))?;
+        Ok(built)
+    }
+
+    /// The index [`SearchIndex::build_in`] wrote to `dir` for the documents whose ids and
+    /// names are `keys`, in the order they were indexed. Anything that does not fit (a
+    /// missing or damaged file, another number of documents) is an error, never a wrong
+    /// index.
+    pub fn open<'a>(
+        dir: &Path,
+        keys: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self> {
+        let n = keys.len();
+        let bytes = std::fs::read(dir.join(LENGTHS_FILE))
+            .map_err(|e| Error::Index(format!("cannot read {}: {e}", dir.display())))?;
+        if bytes.len() != n * 8 {
+            return Err(Error::Index(format!(
+                "{}: lengths of {} documents for {n}",
+                dir.display(),
+                bytes.len() / 8
+            )));
+        }
+        let lengths: Vec<[u32; 2]> = bytes
+            .chunks_exact(8)
+            .map(|c| {
+                [
+                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                ]
+            })
+            .collect();
+        let index = Index::open_in_dir(dir)?;
+        register_tokenizer(&index);
+        let searcher = Self::searcher(&index)?;
+        if searcher.num_docs() != n as u64 {
+            return Err(Error::Index(format!(
+                "{}: {} documents indexed for {n}",
+                dir.display(),
+                searcher.num_docs()
+            )));
+        }
+        Self::assemble(searcher, lengths, keys)
+    }
+
+    /// Adds `docs` to the empty `index` and commits.
+    fn write(index: Index, docs: &[IndexDoc]) -> Result<Self> {
+        register_tokenizer(&index);
+        let schema = index.schema();
+        let [ord_field, text_field, name_field] = fields(&schema)?;
+        let mut analyzer = analyze::analyzer();
         let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         writer.set_merge_policy(Box::new(NoMergePolicy));
         let boilerplate = boilerplate_params(docs);
@@ -248,35 +303,52 @@ impl SearchIndex {
         writer.run(batch)?;
         writer.commit()?;
         writer.wait_merging_threads()?;
+        let searcher = Self::searcher(&index)?;
+        Self::assemble(
+            searcher,
+            lengths,
+            docs.iter().map(|d| (d.id.as_str(), d.name.as_str())),
+        )
+    }
+
+    fn searcher(index: &Index) -> Result<tantivy::Searcher> {
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
-        let scorer = Scorer::new(
-            reader.searcher(),
-            ord_field,
-            [text_field, name_field],
-            &lengths,
-        )?;
+        Ok(reader.searcher())
+    }
 
+    /// The index over a committed `searcher`; `keys` are the (id, name) of each document,
+    /// by position.
+    fn assemble<'a>(
+        searcher: tantivy::Searcher,
+        lengths: Vec<[u32; 2]>,
+        keys: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self> {
+        let [ord_field, text_field, name_field] = fields(searcher.schema())?;
+        let scorer = Scorer::new(searcher, ord_field, [text_field, name_field], &lengths)?;
+        let keys: Vec<(&str, &str)> = keys.collect();
         let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
-        for (ord, d) in docs.iter().enumerate() {
-            exact.entry(d.id.to_lowercase()).or_default().push(ord);
+        for (ord, (id, _)) in keys.iter().enumerate() {
+            exact.entry(id.to_lowercase()).or_default().push(ord);
         }
         // Names after ids, so an exact id match outranks a same-named tool.
-        for (ord, d) in docs.iter().enumerate() {
-            let list = exact.entry(d.name.to_lowercase()).or_default();
+        for (ord, (_, name)) in keys.iter().enumerate() {
+            let list = exact.entry(name.to_lowercase()).or_default();
             if !list.contains(&ord) {
                 list.push(ord);
             }
         }
+        let mut analyzer = analyze::analyzer();
         let synonyms = Synonyms::new(&mut analyzer);
         Ok(SearchIndex {
             scorer,
             analyzer,
             synonyms,
             exact,
-            len: docs.len(),
+            len: keys.len(),
+            lengths,
         })
     }
 
@@ -366,6 +438,36 @@ impl SearchIndex {
         weighted.truncate(MAX_QUERY_TERMS);
         weighted
     }
+}
+
+/// The index's fields: each tool's position (`ord`), the weighted text, the name.
+fn index_schema() -> Schema {
+    let mut builder = Schema::builder();
+    let text_options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(PRE_ANALYZED)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    builder.add_u64_field("ord", INDEXED | FAST);
+    builder.add_text_field("text", text_options.clone());
+    builder.add_text_field("name", text_options);
+    builder.build()
+}
+
+fn fields(schema: &Schema) -> Result<[Field; 3]> {
+    let field = |name: &str| {
+        schema
+            .get_field(name)
+            .map_err(|e| Error::Index(format!("the index has no `{name}` field: {e}")))
+    };
+    Ok([field("ord")?, field("text")?, field("name")?])
+}
+
+fn register_tokenizer(index: &Index) {
+    index.tokenizers().register(
+        PRE_ANALYZED,
+        TextAnalyzer::from(WhitespaceTokenizer::default()),
+    );
 }
 
 /// Merges rankings one rank at a time: every list's first, then every list's second...
