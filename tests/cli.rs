@@ -2350,6 +2350,56 @@ mod store {
     }
 
     #[test]
+    fn processes_racing_on_a_cold_store_all_answer_alike() {
+        let sb = Sandbox::new();
+        let mut text = String::new();
+        for i in 0..300 {
+            text.push_str(&tool(
+                &format!("tool_{i}"),
+                &format!("Does thing number {i}"),
+            ));
+        }
+        text.push_str(&tool("weather_now", "Current weather for a city"));
+        let file = sb.write("tools.jsonl", text);
+        // Started together (assert_cmd waits for each), with the cache in the sandbox.
+        let mut procs = Vec::new();
+        for _ in 0..8 {
+            let mut cmd = std::process::Command::new(common::BIN);
+            for var in common::SCRUBBED_ENV {
+                cmd.env_remove(var);
+            }
+            cmd.current_dir(sb.path())
+                .env("XDG_CACHE_HOME", sb.path().join("cache"))
+                .arg("--catalog")
+                .arg(&file)
+                .args(["search", "weather in Paris", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            procs.push(cmd.spawn().expect("spawn"));
+        }
+        let outs: Vec<_> = procs
+            .into_iter()
+            .map(|p| p.wait_with_output().expect("wait"))
+            .collect();
+        for o in &outs {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(o.stdout, outs[0].stdout);
+        }
+        let hits: Value = serde_json::from_slice(&outs[0].stdout).unwrap();
+        assert_eq!(ids(&hits)[0], "openclaw:core:weather_now");
+        let names: Vec<String> = fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names.len(),
+            2,
+            "one catalog and one index, nothing half written: {names:?}"
+        );
+    }
+
+    #[test]
     fn a_changed_environment_variable_replans() {
         let sb = Sandbox::new();
         let file = fixture("descriptors.json");
