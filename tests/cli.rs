@@ -2300,30 +2300,34 @@ mod store {
         assert_eq!(again, first);
         assert_eq!(stored(&sb, ".catalog"), 1, "an unchanged file is a hit");
 
-        // The next run reads the stored catalog, not the file: a stored text edited in
-        // place (this user's own folder; same length, so the record stays whole) is what
-        // it shows.
+        // The repeated run read the entry rather than writing one (the file is the same
+        // inode); a stored entry edited in place fails its hash, is not believed (the
+        // answer is the file's) and is written again.
+        use std::os::unix::fs::MetadataExt;
         let entry = fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
             .unwrap()
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "catalog"))
             .unwrap();
-        let kept = fs::read(&entry).unwrap();
-        let mut edited = kept.clone();
+        let inode = fs::metadata(&entry).unwrap().ino();
+        ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(
+            fs::metadata(&entry).unwrap().ino(),
+            inode,
+            "a hit writes nothing"
+        );
+        let mut edited = fs::read(&entry).unwrap();
         let (from, to) = (b"Current weather", b"Archived report");
-        let mut replaced = 0;
-        for i in 0..edited.len().saturating_sub(from.len()) {
-            if &edited[i..i + from.len()] == from {
-                edited[i..i + from.len()].copy_from_slice(to);
-                replaced += 1;
-            }
-        }
-        assert!(replaced > 0);
+        let at = edited
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the description is stored");
+        edited[at..at + from.len()].copy_from_slice(to);
         fs::write(&entry, &edited).unwrap();
         let d = ok_json(cached(&sb, &file).args(["describe", "weather_now", "--json"]));
-        assert_eq!(d["description"], "Archived report for a city");
-        fs::write(&entry, kept).unwrap();
+        assert_eq!(d["description"], "Current weather for a city");
+        assert_ne!(fs::metadata(&entry).unwrap().ino(), inode, "written again");
 
         // A tool appended to the file is found by the next search.
         let mut text = fs::read_to_string(&file).unwrap();
@@ -2397,6 +2401,34 @@ mod store {
             2,
             "one catalog and one index, nothing half written: {names:?}"
         );
+    }
+
+    #[test]
+    fn a_group_writable_umask_still_stores_privately() {
+        use std::os::unix::fs::PermissionsExt;
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city"),
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("umask 002; exec \"$0\" --catalog \"$1\" search weather --json")
+            .arg(common::BIN)
+            .arg(&file)
+            .current_dir(sb.path())
+            .env("XDG_CACHE_HOME", sb.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(stored(&sb, ".catalog"), 1);
+        for d in ["cache/toolsearch", "cache/toolsearch/catalogs"] {
+            let mode = fs::metadata(sb.path().join(d))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{d}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use super::load::{self, CatalogText};
-use super::store::{self, EnvFact, Store};
+use super::store::{EnvFact, Store};
 use super::{Catalog, Facts, ToolDescriptor, embedded};
 use crate::config::Config;
 use crate::error::Result;
@@ -128,14 +128,13 @@ impl Sources {
         if let Some(catalog) = store.load(&key, &self.config) {
             return Ok(catalog);
         }
-        // What availability signals read of the environment is part of what was planned.
-        let seen: RefCell<Vec<EnvFact>> = RefCell::new(Vec::new());
+        // What availability signals read of the environment is part of what was planned:
+        // each variable once, with what the plan saw of it.
+        let seen: RefCell<BTreeMap<String, bool>> = RefCell::new(BTreeMap::new());
         let env = |var: &str| {
             let value = Facts::process_env(var);
-            let fact = (var.to_string(), store::env_set(var));
-            if !seen.borrow().contains(&fact) {
-                seen.borrow_mut().push(fact);
-            }
+            let set = value.as_deref().is_some_and(|v| !v.is_empty());
+            seen.borrow_mut().insert(var.to_string(), set);
             value
         };
         let catalog = Catalog::build(
@@ -146,7 +145,8 @@ impl Sources {
                 sources_down: &BTreeMap::new(),
             },
         )?;
-        Ok(store.save(&key, catalog, &seen.into_inner()))
+        let env: Vec<EnvFact> = seen.into_inner().into_iter().collect();
+        Ok(store.save(&key, catalog, &env))
     }
 
     /// The catalog with `extra` descriptors (a gateway request's client tools) joining;

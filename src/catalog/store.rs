@@ -13,49 +13,57 @@
 //! - this program: its binary's path, size, inode and modification time, so a rebuilt or
 //!   upgraded toolsearch plans and ranks by its own rules, never by a stored answer;
 //! - the environment variables that availability signals read: a stored catalog records
-//!   each one and whether it was set, and is not used when one of them changed.
+//!   each one and whether it was set, and is not used when one of them changed (it is then
+//!   planned again and replaces the entry of its key).
 //!
 //! Catalogs with upstream servers are not stored (their tools are live), nor are catalogs
 //! built with a request's client tools.
 //!
-//! **Trust and failure.** The folder is this user's alone ([`crate::cache::prepare`]); a
-//! stored catalog decides what a model may call, so one that anyone else could have
-//! written is not read. Anything missing, damaged or stale is rebuilt and anything
-//! unwritable is skipped, with a debug log: the store never makes a command fail. Entries
-//! are written under a temporary name and renamed into place, so concurrent processes
-//! never read half an entry. The folder is bounded ([`MAX_ENTRIES`], [`MAX_BYTES`]), the
-//! least recently used entries going first.
+//! **Every entry vouches for itself.** A stored catalog decides what a model may call, so
+//! it is believed only when all of this holds: the folder is this user's alone (and was
+//! emptied if others could ever write into it, [`crate::cache::prepare`]); the file is a
+//! regular file of this user's, opened without following links or blocking; it begins with
+//! [`MAGIC`], and the BLAKE3 hash after it is the hash of the rest, which names the key it
+//! was stored under. An index is bound to the one catalog it was built for: its manifest,
+//! written last, holds that catalog's hash and the length and hash of every file in it, and
+//! a folder with anything else in it is not opened. Anything missing, damaged or stale is
+//! rebuilt and anything unwritable is skipped, with a debug log: the store never makes a
+//! command fail. Entries are written under random temporary names, synced and renamed into
+//! place. The folder is bounded ([`MAX_ENTRIES`], [`MAX_BYTES`], temporary files
+//! included), the least recently used entries going first.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use super::{Catalog, Entry, HiddenTool, Notice};
+use crate::cache::{self, TEMP_PREFIX};
 use crate::config::Config;
 use crate::error::Result;
 use crate::policy::Toolsets;
-use crate::search::SearchIndex;
+use crate::search::{IndexDoc, SearchIndex};
 
 /// Entries kept at most; the least recently used go first.
 pub const MAX_ENTRIES: usize = 32;
-/// Bytes kept at most (a 10,000-tool catalog and its index take about 20 MB).
+/// Bytes kept at most (a 10,000-tool catalog and its index take about 10 MB). A catalog
+/// larger than this is not stored at all.
 pub const MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// A temporary file or folder older than this was left by a process that died.
 const ABANDONED_AFTER: Duration = Duration::from_secs(600);
-/// Bumped when what an entry holds changes shape.
-const FORMAT: &str = "toolsearch-catalog-store-1";
+/// What a stored catalog file begins with; changed when what an entry holds changes shape.
+pub const MAGIC: &[u8] = b"toolsearch stored catalog 2\n";
 
 const CATALOG_SUFFIX: &str = ".catalog";
 const INDEX_SUFFIX: &str = ".index";
-const TEMP_PREFIX: &str = ".tmp-";
+/// The last file written into an index folder: what it was built for, and its files.
+const MANIFEST: &str = "manifest";
+/// Tantivy's lock files: made (empty) when an index is written or opened.
+const LOCK_FILES: [&str; 2] = [".tantivy-meta.lock", ".tantivy-writer.lock"];
 
 /// The folder of stored catalogs.
 #[derive(Debug, Clone)]
@@ -64,24 +72,26 @@ pub struct Store {
 }
 
 /// What one stored catalog is keyed by, as a file name stem.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Key(String);
 
-/// Where a stored catalog's index lives, or is to be written by the first search.
+/// Where a stored catalog's index lives, or is to be written by the first search; `catalog`
+/// is the hash of the stored catalog it belongs to.
 #[derive(Debug, Clone)]
 pub(super) struct IndexHome {
     store: Store,
     key: Key,
+    catalog: [u8; 32],
 }
 
 /// One environment variable an availability signal read, and whether it was set (not
 /// empty). Only that bit is kept: the value may be a secret.
 pub type EnvFact = (String, bool);
 
-/// A stored catalog: borrowed when written, owned when read.
+/// A stored catalog's payload: borrowed when written, owned when read.
 #[derive(Serialize, Deserialize)]
 struct Stored<'a> {
-    format: Cow<'a, str>,
+    key: Cow<'a, Key>,
     env: Cow<'a, [EnvFact]>,
     entries: Cow<'a, [Entry]>,
     cataloged: usize,
@@ -91,16 +101,24 @@ struct Stored<'a> {
     toolsets: Cow<'a, Toolsets>,
 }
 
+/// An index folder's manifest.
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    catalog: [u8; 32],
+    /// (file name, length, BLAKE3) of every file but the manifest and the lock files.
+    files: Vec<(String, u64, [u8; 32])>,
+}
+
 impl Store {
     /// The `catalogs` folder of this user's cache, if there is one this user alone can
     /// write.
     pub fn open_default() -> Option<Store> {
-        Store::at(crate::cache::folder("catalogs")?)
+        Store::at(cache::folder("catalogs")?)
     }
 
     /// A store in `dir`, created if needed; none if it cannot be trusted.
     pub fn at(dir: PathBuf) -> Option<Store> {
-        match crate::cache::prepare(&dir) {
+        match cache::prepare(&dir) {
             Ok(()) => Some(Store { dir }),
             Err(e) => {
                 tracing::debug!("no catalog store: {e}");
@@ -113,7 +131,7 @@ impl Store {
     /// hashes to `files`.
     pub fn key(&self, config: &Config, files: &[u8; 32]) -> Option<Key> {
         let mut h = blake3::Hasher::new();
-        h.update(FORMAT.as_bytes());
+        h.update(MAGIC);
         h.update(program()?.as_bytes());
         // Config is plain data with ordered maps, so its Debug form is stable for one
         // build of this program, which is part of the key.
@@ -126,25 +144,19 @@ impl Store {
     /// hold.
     pub fn load(&self, key: &Key, config: &Config) -> Option<Catalog> {
         let path = self.catalog_path(key);
-        let file = fs::File::open(&path).ok()?;
-        let meta = file.metadata().ok()?;
-        if let Err(e) = crate::cache::trusted_file(&path, &meta) {
-            tracing::debug!("stored catalog not used: {e}");
-            return None;
-        }
-        if meta.len() > MAX_BYTES {
-            return None;
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        std::io::Read::read_to_end(&mut &file, &mut bytes).ok()?;
-        let stored: Stored<'static> = match postcard::from_bytes(&bytes) {
-            Ok(s) => s,
+        let bytes = match cache::read_trusted(&path, MAX_BYTES) {
+            Ok(b) => b,
             Err(e) => {
-                tracing::debug!("stored catalog {} is damaged: {e}", path.display());
+                tracing::debug!("no stored catalog: {e}");
                 return None;
             }
         };
-        if stored.format != FORMAT {
+        let Some((hash, stored)) = decode(&bytes) else {
+            tracing::debug!("stored catalog {} is damaged", path.display());
+            return None;
+        };
+        if *stored.key != *key {
+            tracing::debug!("{} holds another key's catalog", path.display());
             return None;
         }
         if let Some((var, _)) = stored.env.iter().find(|(var, was)| env_set(var) != *was) {
@@ -152,10 +164,13 @@ impl Store {
             return None;
         }
         // Recently used: the bound drops the oldest first.
-        let _ = file.set_modified(SystemTime::now());
+        if let Ok(f) = fs::File::open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
         let home = IndexHome {
             store: self.clone(),
             key: key.clone(),
+            catalog: hash,
         };
         match Catalog::from_stored(
             stored.entries.into_owned(),
@@ -179,7 +194,7 @@ impl Store {
     /// it, its index to be kept too when the first search builds it.
     pub fn save(&self, key: &Key, mut catalog: Catalog, env: &[EnvFact]) -> Catalog {
         let stored = Stored {
-            format: Cow::Borrowed(FORMAT),
+            key: Cow::Borrowed(key),
             env: Cow::Borrowed(env),
             entries: Cow::Borrowed(&catalog.entries),
             cataloged: catalog.cataloged,
@@ -188,14 +203,30 @@ impl Store {
             filtered: catalog.filtered,
             toolsets: Cow::Borrowed(&catalog.toolsets),
         };
-        let written = postcard::to_stdvec(&stored)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| self.write_file(&self.catalog_path(key), &bytes));
-        match written {
+        let payload = match postcard::to_stdvec(&stored) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("catalog not stored: {e}");
+                return catalog;
+            }
+        };
+        if (MAGIC.len() + 32 + payload.len()) as u64 > MAX_BYTES {
+            tracing::debug!("catalog not stored: over {MAX_BYTES} bytes");
+            return catalog;
+        }
+        let hash = *blake3::hash(&payload).as_bytes();
+        let mut bytes = Vec::with_capacity(MAGIC.len() + 32 + payload.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&hash);
+        bytes.extend_from_slice(&payload);
+        // The index of the catalog this one replaces (another environment) is not its own.
+        remove(&self.index_path(key));
+        match cache::write_atomic(&self.dir, &self.catalog_path(key), &bytes) {
             Ok(()) => {
                 catalog.index_home = Some(IndexHome {
                     store: self.clone(),
                     key: key.clone(),
+                    catalog: hash,
                 });
                 self.prune();
             }
@@ -212,40 +243,15 @@ impl Store {
         self.dir.join(format!("{}{INDEX_SUFFIX}", key.0))
     }
 
-    /// A fresh name in the store for something being written.
-    fn temp_path(&self, suffix: &str) -> PathBuf {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        self.dir
-            .join(format!("{TEMP_PREFIX}{}-{n}{suffix}", std::process::id()))
-    }
-
-    fn write_file(&self, path: &Path, bytes: &[u8]) -> std::result::Result<(), String> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let temp = self.temp_path("");
-        let result = (|| {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
-            f.write_all(bytes)?;
-            fs::rename(&temp, path)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&temp);
-        }
-        result.map_err(|e| format!("cannot write {}: {e}", path.display()))
-    }
-
-    /// Drops what a bound leaves no room for, least recently used first, and what dead
-    /// processes left half written.
+    /// Drops what the bounds leave no room for, least recently used first, and what dead
+    /// processes left half written. Temporary files count toward the bytes.
     fn prune(&self) {
         let Ok(listing) = fs::read_dir(&self.dir) else {
             return;
         };
         // key -> (bytes, last use)
         let mut entries: HashMap<String, (u64, SystemTime)> = HashMap::new();
+        let mut temp_bytes = 0;
         let now = SystemTime::now();
         for item in listing.flatten() {
             let name = item.file_name().to_string_lossy().into_owned();
@@ -254,10 +260,16 @@ impl Store {
                 continue;
             };
             let modified = meta.modified().unwrap_or(now);
+            let bytes = if meta.is_dir() {
+                folder_bytes(&path)
+            } else {
+                meta.len()
+            };
             if name.starts_with(TEMP_PREFIX) {
-                let old = now.duration_since(modified).unwrap_or_default() > ABANDONED_AFTER;
-                if old {
+                if now.duration_since(modified).unwrap_or_default() > ABANDONED_AFTER {
                     remove(&path);
+                } else {
+                    temp_bytes += bytes;
                 }
                 continue;
             }
@@ -268,11 +280,6 @@ impl Store {
                 (Some(k), _) | (_, Some(k)) => k.to_string(),
                 _ => continue,
             };
-            let bytes = if meta.is_dir() {
-                folder_bytes(&path)
-            } else {
-                meta.len()
-            };
             let e = entries.entry(key).or_insert((0, SystemTime::UNIX_EPOCH));
             e.0 += bytes;
             // The catalog file is touched on use; an index alone counts by its own age.
@@ -281,10 +288,12 @@ impl Store {
         let mut by_age: Vec<(String, u64, SystemTime)> =
             entries.into_iter().map(|(k, (b, t))| (k, b, t)).collect();
         by_age.sort_by_key(|e| std::cmp::Reverse(e.2));
-        let mut total = 0;
-        for (i, (key, bytes, _)) in by_age.into_iter().enumerate() {
-            total += bytes;
-            if i >= MAX_ENTRIES || total > MAX_BYTES {
+        let (mut kept, mut total) = (0, temp_bytes);
+        for (key, bytes, _) in by_age {
+            if kept < MAX_ENTRIES && total + bytes <= MAX_BYTES {
+                kept += 1;
+                total += bytes;
+            } else {
                 let key = Key(key);
                 remove(&self.catalog_path(&key));
                 remove(&self.index_path(&key));
@@ -293,17 +302,27 @@ impl Store {
     }
 }
 
+/// The hash and payload of a stored catalog file, if it is one and whole.
+fn decode(bytes: &[u8]) -> Option<([u8; 32], Stored<'static>)> {
+    let rest = bytes.strip_prefix(MAGIC)?;
+    let (hash, payload) = rest.split_first_chunk::<32>()?;
+    if blake3::hash(payload).as_bytes() != hash {
+        return None;
+    }
+    Some((*hash, postcard::from_bytes(payload).ok()?))
+}
+
 impl IndexHome {
     /// The stored index, or one built now from `docs` and stored; in memory when it
     /// cannot be stored. `keys` are the (id, name) of the indexed entries, in order.
     pub(super) fn index<'a>(
         &self,
         keys: impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone,
-        docs: impl FnOnce() -> Vec<crate::search::IndexDoc>,
+        docs: impl FnOnce() -> Vec<IndexDoc>,
     ) -> Result<SearchIndex> {
         let path = self.store.index_path(&self.key);
-        if path.exists() {
-            match SearchIndex::open(&path, keys.clone()) {
+        if fs::symlink_metadata(&path).is_ok() {
+            match self.open(&path, keys.clone()) {
                 Ok(index) => return Ok(index),
                 Err(e) => {
                     tracing::debug!("stored index not used, rebuilding: {e}");
@@ -312,30 +331,96 @@ impl IndexHome {
             }
         }
         let docs = docs();
-        let temp = self.store.temp_path(INDEX_SUFFIX);
-        let built = fs::create_dir(&temp)
-            .map_err(|e| e.to_string())
-            .and_then(|()| SearchIndex::build_in(&temp, &docs).map_err(|e| e.to_string()));
-        let index = match built {
-            Ok(index) => index,
+        match self.write(&path, &docs) {
+            Ok(index) => Ok(index),
             Err(e) => {
                 tracing::debug!("index not stored: {e}");
-                remove(&temp);
-                return SearchIndex::build(&docs);
+                SearchIndex::build(&docs)
             }
+        }
+    }
+
+    /// Opens the index at `path` if its manifest names this catalog and every file in the
+    /// folder is the one the manifest lists.
+    fn open<'a>(
+        &self,
+        path: &Path,
+        keys: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> std::result::Result<SearchIndex, String> {
+        let manifest = cache::read_trusted(&path.join(MANIFEST), 1 << 20)?;
+        let manifest: Manifest =
+            postcard::from_bytes(&manifest).map_err(|e| format!("manifest: {e}"))?;
+        if manifest.catalog != self.catalog {
+            return Err("built for another catalog".into());
+        }
+        let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.0.as_str()).collect();
+        for item in fs::read_dir(path).map_err(|e| e.to_string())? {
+            let item = item.map_err(|e| e.to_string())?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            let meta = fs::symlink_metadata(item.path()).map_err(|e| e.to_string())?;
+            cache::trusted_file(&item.path(), &meta)?;
+            let known = name == MANIFEST
+                || listed.contains(name.as_str())
+                || (LOCK_FILES.contains(&name.as_str()) && meta.len() == 0);
+            if !known {
+                return Err(format!("{name} is not the index's"));
+            }
+        }
+        for (name, len, hash) in &manifest.files {
+            let bytes = cache::read_trusted(&path.join(name), MAX_BYTES)?;
+            if bytes.len() as u64 != *len || blake3::hash(&bytes).as_bytes() != hash {
+                return Err(format!("{name} is damaged"));
+            }
+        }
+        // Every byte was checked above; a panic in the index reader all the same is a
+        // rebuild, not a failed command.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            SearchIndex::open(path, keys)
+        }))
+        .map_err(|_| "the index reader panicked".to_string())?
+        .map_err(|e| e.to_string())
+    }
+
+    /// Builds the index into a temporary folder, writes its manifest last and renames it
+    /// into place.
+    fn write(&self, path: &Path, docs: &[IndexDoc]) -> std::result::Result<SearchIndex, String> {
+        let temp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempdir_in(&self.store.dir)
+            .map_err(|e| e.to_string())?;
+        let index = SearchIndex::build_in(temp.path(), docs).map_err(|e| e.to_string())?;
+        let mut files = Vec::new();
+        for item in fs::read_dir(temp.path()).map_err(|e| e.to_string())? {
+            let item = item.map_err(|e| e.to_string())?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            if LOCK_FILES.contains(&name.as_str()) {
+                continue;
+            }
+            let bytes = fs::read(item.path()).map_err(|e| e.to_string())?;
+            if let Ok(f) = fs::File::open(item.path()) {
+                let _ = f.sync_all();
+            }
+            files.push((name, bytes.len() as u64, *blake3::hash(&bytes).as_bytes()));
+        }
+        let manifest = Manifest {
+            catalog: self.catalog,
+            files,
         };
+        let bytes = postcard::to_stdvec(&manifest).map_err(|e| e.to_string())?;
+        cache::write_atomic(temp.path(), &temp.path().join(MANIFEST), &bytes)?;
         // Another process may have stored the same index first: theirs stays, and ours,
         // already open, is used as it is (its files stay readable once unlinked).
-        if fs::rename(&temp, &path).is_err() {
-            remove(&temp);
+        if fs::rename(temp.path(), path).is_ok() {
+            let _ = temp.keep();
         }
         Ok(index)
     }
 }
 
-/// Whether `var` is set and not empty, as the `env` availability signal reads it.
+/// Whether `var` is set and not empty, as the `env` availability signal reads it (through
+/// [`super::Facts::process_env`]: a value that is not Unicode is not set).
 pub fn env_set(var: &str) -> bool {
-    std::env::var_os(var).is_some_and(|v| !v.is_empty())
+    super::Facts::process_env(var).is_some_and(|v| !v.is_empty())
 }
 
 /// This program's identity: a rebuilt or replaced binary is another program.
@@ -343,6 +428,7 @@ fn program() -> Option<&'static str> {
     static PROGRAM: OnceLock<Option<String>> = OnceLock::new();
     PROGRAM
         .get_or_init(|| {
+            use std::os::unix::fs::MetadataExt;
             let exe = std::env::current_exe().ok()?;
             let meta = fs::metadata(&exe).ok()?;
             Some(format!(
@@ -386,6 +472,7 @@ fn remove(path: &Path) {
 mod tests {
     use super::*;
     use crate::catalog::{Facts, embedded};
+    use crate::search::LENGTHS_FILE as LENGTHS;
 
     fn demo(config: &Config) -> Catalog {
         Catalog::build(
@@ -456,34 +543,171 @@ mod tests {
         assert_ne!(a, store.key(&other, &[1; 32]).unwrap());
     }
 
+    /// Every file of a stored entry, the catalog first.
+    fn files_of(store: &Store, key: &Key) -> Vec<PathBuf> {
+        let mut files = vec![store.catalog_path(key)];
+        let mut index: Vec<PathBuf> = fs::read_dir(store.index_path(key))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        index.sort();
+        files.extend(index);
+        files
+    }
+
     #[test]
-    fn damaged_entries_are_rebuilt_not_errors() {
+    fn damaged_entries_are_rebuilt_never_believed_or_errors() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::at(tmp.path().to_path_buf()).unwrap();
         let config = Config::default();
         let key = store.key(&config, &[3; 32]).unwrap();
+        let fresh = demo(&config);
+        let query = "create a GitHub issue";
+        let want = ids(&fresh.search(query, Some(8)).unwrap())
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
         let built = store.save(&key, demo(&config), &[]);
-        built.search("issue", None).unwrap();
+        built.search(query, None).unwrap();
+        let files = files_of(&store, &key);
+        assert!(files.len() > 4, "{files:?}");
 
-        // A cut catalog file: not used.
-        let path = store.catalog_path(&key);
-        let bytes = fs::read(&path).unwrap();
-        fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-        assert!(store.load(&key, &config).is_none());
-
-        // A damaged index: rebuilt at the first search, and stored again.
-        fs::write(&path, &bytes).unwrap();
-        let lengths = store.index_path(&key).join(crate::search::LENGTHS_FILE);
-        fs::write(&lengths, b"xyz").unwrap();
-        let stored = store.load(&key, &config).unwrap();
-        let hits = stored.search("create a GitHub issue", None).unwrap();
-        assert_eq!(hits[0].id, "openclaw:github:create_issue");
-        assert_eq!(fs::read(&lengths).unwrap().len() % 8, 0);
+        // One byte flipped anywhere in any file of the entry, at several places: the
+        // answers stay those of a fresh catalog (the damaged part is rebuilt), never
+        // damaged ones, never a panic or an error.
+        for file in &files {
+            let Ok(original) = fs::read(file) else {
+                continue;
+            };
+            if original.is_empty() {
+                continue;
+            }
+            for at in [
+                0,
+                original.len() / 3,
+                original.len() / 2,
+                original.len() - 1,
+            ] {
+                let mut damaged = original.clone();
+                damaged[at] ^= 0x5a;
+                fs::write(file, &damaged).unwrap();
+                let got = match store.load(&key, &config) {
+                    Some(c) => c.search(query, Some(8)).unwrap(),
+                    None => demo(&config).search(query, Some(8)).unwrap(),
+                };
+                assert_eq!(ids(&got), want, "{} byte {at}", file.display());
+                // Put the entry back whole for the next trial.
+                let _ = fs::remove_dir_all(store.index_path(&key));
+                fs::write(
+                    store.catalog_path(&key),
+                    fs::read(&files[0]).unwrap_or_default(),
+                )
+                .ok();
+                let rebuilt = store.save(&key, demo(&config), &[]);
+                rebuilt.search(query, None).unwrap();
+            }
+        }
 
         // A file others may write is not believed.
         use std::os::unix::fs::PermissionsExt;
+        let path = store.catalog_path(&key);
         fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
         assert!(store.load(&key, &config).is_none());
+    }
+
+    #[test]
+    fn an_entry_is_believed_only_under_its_own_key_and_its_index_only_with_its_catalog() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::at(tmp.path().to_path_buf()).unwrap();
+        let config = Config::default();
+        let (a, b) = (
+            store.key(&config, &[1; 32]).unwrap(),
+            store.key(&config, &[2; 32]).unwrap(),
+        );
+        store.save(&a, demo(&config), &[]);
+        fs::rename(store.catalog_path(&a), store.catalog_path(&b)).unwrap();
+        assert!(store.load(&b, &config).is_none(), "a renamed entry");
+
+        // The same key planned again in another environment: the index of the first plan
+        // is not used for the second (its positions would be another catalog's).
+        // (Two plans of as many tools: the index's size alone cannot tell them apart.)
+        let (mut one, mut other_config) = (Config::default(), Config::default());
+        one.tools.deny = vec!["openclaw:tickets:create_ticket".into()];
+        other_config.tools.deny = vec!["openclaw:github:create_issue".into()];
+        let denied = other_config;
+        let first = store.save(&a, demo(&one), &[]);
+        first.search("create a GitHub issue", None).unwrap();
+        let other = store.save(&a, demo(&denied), &[]);
+        assert_eq!(first.counts().cataloged, other.counts().cataloged);
+        let hits = other.search("create a GitHub issue", Some(8)).unwrap();
+        assert!(ids(&hits).iter().all(|id| !id.ends_with(":create_issue")));
+        let fresh = demo(&denied);
+        assert_eq!(
+            ids(&hits),
+            ids(&fresh.search("create a GitHub issue", Some(8)).unwrap())
+        );
+    }
+
+    #[test]
+    fn planted_files_are_refused_without_following_or_waiting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::at(tmp.path().to_path_buf()).unwrap();
+        let config = Config::default();
+        let key = store.key(&config, &[5; 32]).unwrap();
+        store
+            .save(&key, demo(&config), &[])
+            .search("issue", None)
+            .unwrap();
+        let index = store.index_path(&key);
+
+        // A link among the index's files, and an extra file: rebuilt, the link untouched.
+        let outside = tmp.path().join("outside");
+        std::os::unix::fs::symlink(&outside, index.join(".tantivy-meta.lock.x")).unwrap();
+        let c = store.load(&key, &config).unwrap();
+        assert!(!c.search("create a GitHub issue", None).unwrap().is_empty());
+        assert!(!outside.exists());
+
+        // A FIFO in place of the catalog or of an index file: refused at once.
+        for fifo in [store.catalog_path(&key), index.join(LENGTHS)] {
+            let _ = fs::remove_file(&fifo);
+            let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            if let Some(c) = store.load(&key, &config) {
+                assert!(!c.search("create a GitHub issue", None).unwrap().is_empty());
+            }
+            let _ = fs::remove_file(&fifo);
+            store
+                .save(&key, demo(&config), &[])
+                .search("issue", None)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_catalog_over_the_bound_is_not_stored_and_empties_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::at(tmp.path().to_path_buf()).unwrap();
+        let config = Config::default();
+        let small = store.key(&config, &[6; 32]).unwrap();
+        store.save(&small, demo(&config), &[]);
+        let mut big = demo(&config);
+        let huge = "x".repeat(64 * 1024);
+        let entry = big.entries[0].clone();
+        big.entries = (0..(MAX_BYTES / huge.len() as u64 + 2))
+            .map(|i| {
+                let mut e = entry.clone();
+                e.id = format!("{}{i}", e.id);
+                e.descriptor.description = huge.clone();
+                e
+            })
+            .collect();
+        big.cataloged = big.entries.len();
+        let big_key = store.key(&config, &[7; 32]).unwrap();
+        store.save(&big_key, big, &[]);
+        assert!(!store.catalog_path(&big_key).exists());
+        assert!(store.catalog_path(&small).exists());
     }
 
     #[test]
