@@ -364,21 +364,24 @@ pub fn parse_sse(text: &str) -> Vec<Value> {
         // The chunks are all there: the stream never waits, so one poll reads it all.
         .now_or_never()
         .unwrap_or_default();
-    let mut values = Vec::with_capacity(events.len());
-    for data in &events {
-        let data = data.trim();
-        if data.is_empty() || data == "[DONE]" {
-            continue;
-        }
-        match serde_json::from_str::<Value>(data) {
-            Ok(value) => values.push(value),
-            Err(_) => values.extend(
-                data.lines()
-                    .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok()),
-            ),
-        }
+    events.iter().flat_map(|data| event_values(data)).collect()
+}
+
+/// The JSON values of one SSE event's data: none for `[DONE]` or a blank event, one for
+/// JSON, else one per line that is JSON (servers that forget the blank line between
+/// events); what is not JSON is skipped (see [`parse_sse`]).
+pub fn event_values(data: &str) -> Vec<Value> {
+    let data = data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Vec::new();
     }
-    values
+    match serde_json::from_str::<Value>(data) {
+        Ok(value) => vec![value],
+        Err(_) => data
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+            .collect(),
+    }
 }
 
 /// Assembles the tool calls of one streamed response from its events, pushed in order.
@@ -764,6 +767,76 @@ fn block_index(
     obj.get("index")
         .and_then(Value::as_u64)
         .ok_or_else(|| bad(provider, &format!("`{kind}` has no `index`")))
+}
+
+// ---------------------------------------------------------------------------------------
+// Text
+// ---------------------------------------------------------------------------------------
+
+/// The answer's text of one non-streamed response, its parts joined: Chat
+/// `choices[0].message.content` (a string, or parts with `text`), the Responses `message`
+/// items' text, Anthropic's `text` blocks. Google: the text parts of the first candidate.
+pub fn reply_text(provider: Provider, response: &Value) -> String {
+    match provider {
+        Provider::OpenaiCompletions => match response.pointer("/choices/0/message/content") {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect(),
+            _ => String::new(),
+        },
+        Provider::OpenaiResponses => responses_output_text(response),
+        Provider::Anthropic => response
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+        Provider::Google => response
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+    }
+}
+
+/// The piece of the answer's text one stream event carries, if any: Chat
+/// `choices[0].delta.content`, Responses `response.output_text.delta`, Anthropic
+/// `content_block_delta` of type `text_delta`, a Google chunk's text parts.
+pub fn stream_text(provider: Provider, event: &Value) -> Option<String> {
+    let text = match provider {
+        Provider::OpenaiCompletions => {
+            let choice = event.pointer("/choices/0")?;
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                return None;
+            }
+            choice.pointer("/delta/content")?.as_str()?.to_string()
+        }
+        Provider::OpenaiResponses => {
+            if event.get("type")?.as_str()? != "response.output_text.delta" {
+                return None;
+            }
+            event.get("delta")?.as_str()?.to_string()
+        }
+        Provider::Anthropic => {
+            if event.get("type")?.as_str()? != "content_block_delta" {
+                return None;
+            }
+            let delta = event.get("delta")?;
+            if delta.get("type")?.as_str()? != "text_delta" {
+                return None;
+            }
+            delta.get("text")?.as_str()?.to_string()
+        }
+        Provider::Google => reply_text(provider, event),
+    };
+    (!text.is_empty()).then_some(text)
 }
 
 /// The answer's text of a Responses body: the text parts of its `message` items, joined
