@@ -9,22 +9,29 @@
 //! else a "tool not found" result the model reads. Whatever runs goes through the one
 //! dispatch path. A batch runs in parallel unless a tool in it is `sequential`; then the
 //! whole batch runs in order.
+//!
+//! The answer is the text of every round, joined by a blank line; a client that streams
+//! gets it as the provider sends it ([`TextStream`]). The client's options
+//! ([`RequestOptions`]) go to the model each round, its tool choice mapped onto the surface
+//! ([`Agent::tool_choice`]).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{BatchQuery, ExecutionMode};
 use crate::config::Mode;
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
-use crate::provider::{ToolCall, ToolSpec};
+use crate::provider::{RequestOptions, ToolCall, ToolChoice, ToolSpec};
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
@@ -54,6 +61,10 @@ pub struct ModelRequest {
     pub system: String,
     pub tools: Vec<ToolSpec>,
     pub messages: Vec<Message>,
+    /// The client's options for this round, its tool choice mapped onto `tools`.
+    pub options: Arc<RequestOptions>,
+    /// Where the answer's text goes as it arrives, when the client streams.
+    pub text: Option<TextStream>,
 }
 
 /// What the model answered.
@@ -61,13 +72,125 @@ pub struct ModelRequest {
 pub struct ModelReply {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
+    /// The text already went to [`ModelRequest::text`] as it came.
+    pub streamed: bool,
 }
 
-pub type ModelFuture<'a> = Pin<Box<dyn Future<Output = Result<ModelReply, String>> + Send + 'a>>;
+/// A provider's failure: what it said and, when it answered with an error status, that
+/// status and its error's type and code, for the client to get the same.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelError {
+    pub message: String,
+    pub status: Option<u16>,
+    pub kind: Option<String>,
+    pub code: Option<String>,
+    /// The provider's `Retry-After`, as it sent it.
+    pub retry_after: Option<String>,
+}
+
+impl From<String> for ModelError {
+    fn from(message: String) -> Self {
+        ModelError {
+            message,
+            ..ModelError::default()
+        }
+    }
+}
+
+pub type ModelFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ModelReply, ModelError>> + Send + 'a>>;
+pub type ModelsFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<Value>, ModelError>> + Send + 'a>>;
 
 /// A model: a provider client, the mock provider, or a script in tests.
 pub trait Model: Send + Sync {
     fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a>;
+
+    /// The models the provider lists, as OpenAI's `{id, object: "model", created,
+    /// owned_by}`; none unless the model can ask.
+    fn models(&self) -> ModelsFuture<'_> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// What joins the texts of two rounds in the answer.
+pub const ROUND_SEPARATOR: &str = "\n\n";
+
+/// The answer's text on its way to a client that streams: a bounded channel, so a client
+/// that reads slowly slows the turn down; one that stops reading for `stall`, or is gone,
+/// aborts it (nothing would take the answer).
+#[derive(Debug, Clone)]
+pub struct TextStream {
+    tx: mpsc::Sender<String>,
+    /// The next text starts a new round's: [`ROUND_SEPARATOR`] goes first.
+    separate: Arc<AtomicBool>,
+    abort: CancellationToken,
+    stall: Duration,
+}
+
+impl TextStream {
+    pub fn new(tx: mpsc::Sender<String>, abort: CancellationToken, stall: Duration) -> Self {
+        TextStream {
+            tx,
+            separate: Arc::new(AtomicBool::new(false)),
+            abort,
+            stall,
+        }
+    }
+
+    /// Sends a piece of the answer (nothing for an empty one).
+    pub async fn send(&self, delta: &str) {
+        if delta.is_empty() {
+            return;
+        }
+        let text = if self.separate.swap(false, Ordering::SeqCst) {
+            format!("{ROUND_SEPARATOR}{delta}")
+        } else {
+            delta.to_string()
+        };
+        match tokio::time::timeout(self.stall, self.tx.send(text)).await {
+            Ok(Ok(())) => {}
+            _ => self.abort.cancel(),
+        }
+    }
+
+    fn separate_next(&self) {
+        self.separate.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What a turn is run with besides the conversation.
+#[derive(Debug, Clone, Default)]
+pub struct TurnOptions {
+    pub options: RequestOptions,
+    pub text: Option<TextStream>,
+}
+
+/// Why a turn failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnError {
+    Provider(ModelError),
+    RoundLimit(usize),
+}
+
+impl TurnError {
+    /// The crate error it is, for its code and message.
+    pub fn as_error(&self) -> Error {
+        match self {
+            TurnError::Provider(e) => Error::Provider(e.message.clone()),
+            TurnError::RoundLimit(n) => Error::RoundLimit(*n),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.as_error().code()
+    }
+}
+
+impl std::fmt::Display for TurnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_error().fmt(f)
+    }
 }
 
 /// Why a turn ended.
@@ -97,6 +220,7 @@ pub struct CallRecord {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnOutcome {
+    /// The answer: every round's text, joined by [`ROUND_SEPARATOR`].
     pub text: String,
     pub stop: Stop,
     pub rounds: usize,
@@ -249,42 +373,83 @@ impl Agent {
         (out.text, out.is_error)
     }
 
-    /// Runs one turn: `prompt` and `history` to the model, tool calls until it is done.
+    /// The client's tool choice for `round` on this surface. A tool the surface declares
+    /// stays named; one behind it (a catalog tool) becomes `tool_search_code` in code mode,
+    /// else any tool. A forced choice holds for the first round only: the later rounds must
+    /// be free to answer.
+    pub fn tool_choice(&self, choice: &ToolChoice, round: usize) -> ToolChoice {
+        let declares = |name: &str| self.surface.tools.iter().any(|t| t.name == name);
+        match choice {
+            ToolChoice::Required | ToolChoice::Tool(_) if round > 1 => ToolChoice::Auto,
+            ToolChoice::Tool(name) if declares(name) => ToolChoice::Tool(name.clone()),
+            ToolChoice::Tool(_) if declares(surface::TOOL_SEARCH_CODE) => {
+                ToolChoice::Tool(surface::TOOL_SEARCH_CODE.to_string())
+            }
+            ToolChoice::Tool(_) => ToolChoice::Required,
+            other => other.clone(),
+        }
+    }
+
+    /// Runs one turn: the conversation (ending with the new input: a user message or the
+    /// results of client tools) to the model, tool calls until it is done.
     pub async fn run_turn(
         self: &Arc<Self>,
         model: &dyn Model,
         system: &str,
-        history: Vec<Message>,
-        prompt: &str,
+        messages: Vec<Message>,
+        options: TurnOptions,
         abort: CancellationToken,
-    ) -> Result<TurnOutcome, Error> {
+    ) -> Result<TurnOutcome, TurnError> {
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut messages = history;
-        messages.push(Message::User {
-            content: prompt.to_string(),
-        });
+        let mut messages = messages;
+        let for_round = |round: usize| {
+            let mut o = options.options.clone();
+            o.tool_choice = o.tool_choice.map(|c| self.tool_choice(&c, round));
+            Arc::new(o)
+        };
+        let (first, later) = (for_round(1), for_round(2));
+        let text_out = options.text;
+        let mut answer = String::new();
         let mut calls = Vec::new();
         for round in 1..=self.max_rounds {
             if abort.is_cancelled() {
-                return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages));
+            }
+            if let Some(out) = &text_out
+                && !answer.is_empty()
+            {
+                out.separate_next();
             }
             let request = ModelRequest {
                 system: system.to_string(),
                 tools: self.surface.tools.clone(),
                 messages: messages.clone(),
+                options: Arc::clone(if round == 1 { &first } else { &later }),
+                text: text_out.clone(),
             };
             let reply = tokio::select! {
-                r = model.respond(&request) => r.map_err(Error::Provider)?,
+                r = model.respond(&request) => r.map_err(TurnError::Provider)?,
                 _ = abort.cancelled() => {
-                    return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+                    return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages));
                 }
             };
+            if let Some(out) = &text_out
+                && !reply.streamed
+            {
+                out.send(&reply.text).await;
+            }
+            if !reply.text.is_empty() {
+                if !answer.is_empty() {
+                    answer.push_str(ROUND_SEPARATOR);
+                }
+                answer.push_str(&reply.text);
+            }
             messages.push(Message::Assistant {
                 content: reply.text.clone(),
                 tool_calls: reply.tool_calls.clone(),
             });
             if reply.tool_calls.is_empty() {
-                return Ok(self.finish(reply.text, Stop::Answered, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Answered, round, calls, messages));
             }
             let outcomes = self
                 .run_batch(&reply.tool_calls, &format!("turn{turn}-r{round}"), &abort)
@@ -316,21 +481,21 @@ impl Agent {
                 });
             }
             if !pending.is_empty() {
-                let mut out = self.finish(reply.text, Stop::ClientTools, round, calls, messages);
+                let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages);
                 out.pending = pending;
                 return Ok(out);
             }
             if abort.is_cancelled() {
-                return Ok(self.finish(reply.text, Stop::Aborted, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round, calls, messages));
             }
             if all_terminate {
-                return Ok(self.finish(reply.text, Stop::Terminated, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Terminated, round, calls, messages));
             }
             if stop_after {
-                return Ok(self.finish(reply.text, Stop::StopAfterBatch, round, calls, messages));
+                return Ok(self.finish(answer, Stop::StopAfterBatch, round, calls, messages));
             }
         }
-        Err(Error::RoundLimit(self.max_rounds))
+        Err(TurnError::RoundLimit(self.max_rounds))
     }
 
     fn finish(

@@ -207,9 +207,22 @@ pub fn gateway(options: Options, listen: &str, announce: &dyn Fn(&str)) -> Resul
     };
     let host = Arc::new(Host::load(options)?);
     runtime.block_on(async {
-        let listener = host::bind(listen).await?;
+        // The provider's config and key are checked before anything listens: a gateway
+        // that cannot answer never says it is listening.
+        let started = async {
+            let gateway = crate::gateway::server::Gateway::for_host(Arc::clone(&host))?;
+            let listener = host::bind(listen).await?;
+            Ok::<_, Error>((gateway, listener))
+        };
+        let (gateway, listener) = match started.await {
+            Ok(s) => s,
+            Err(e) => {
+                host.stop().await;
+                return Err(e);
+            }
+        };
         announce(&format!("listening on http://{}\n", local_addr(&listener)?));
-        crate::gateway::server::Gateway::run(host, listener, stop).await
+        gateway.run(listener, stop).await
     })
 }
 

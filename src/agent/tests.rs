@@ -47,7 +47,7 @@ impl Model for Script {
                 Some(name) => Ok(calls(&[(name, json!({"title": "again"}))])),
                 None => Ok(ModelReply {
                     text: "done".into(),
-                    tool_calls: vec![],
+                    ..Default::default()
                 }),
             }
         })
@@ -66,6 +66,7 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
                 arguments: args.clone(),
             })
             .collect(),
+        streamed: false,
     }
 }
 
@@ -203,9 +204,21 @@ fn agent_with(mode: Mode, code_available: Result<(), String>) -> (Arc<Agent>, Ar
     )
 }
 
-async fn turn(agent: &Arc<Agent>, model: &Script) -> Result<TurnOutcome, Error> {
+fn user(text: &str) -> Vec<Message> {
+    vec![Message::User {
+        content: text.into(),
+    }]
+}
+
+async fn turn(agent: &Arc<Agent>, model: &Script) -> Result<TurnOutcome, TurnError> {
     agent
-        .run_turn(model, "system", vec![], "do it", CancellationToken::new())
+        .run_turn(
+            model,
+            "system",
+            user("do it"),
+            TurnOptions::default(),
+            CancellationToken::new(),
+        )
         .await
 }
 
@@ -325,7 +338,10 @@ async fn terminate_stop_after_batch_abort_and_the_round_limit() {
     let abort = CancellationToken::new();
     let mut script = Script::new(vec![calls(&[("create_issue", json!({}))])]);
     script.abort_on_call = Some(abort.clone());
-    let o = a.run_turn(&script, "s", vec![], "p", abort).await.unwrap();
+    let o = a
+        .run_turn(&script, "s", user("p"), TurnOptions::default(), abort)
+        .await
+        .unwrap();
     assert_eq!(o.stop, Stop::Aborted);
 
     let mut forever = Script::new(vec![]);
