@@ -290,11 +290,13 @@ pub fn mock_provider(
 }
 
 /// `qa tool-search-gateway-e2e`: direct against tool search through the gateway and the
-/// mock provider, with `tools` fake plugin tools; fails when a check fails.
-pub fn qa(tools: usize) -> Result<Output> {
+/// mock provider, with `tools` fake plugin tools, the gateways speaking `provider` to the
+/// mock; fails when a check fails.
+pub fn qa(tools: usize, provider: &str) -> Result<Output> {
+    let provider = Provider::parse(provider)?;
     let bin = std::env::current_exe()
         .map_err(|e| Error::Usage(format!("cannot find this program: {e}")))?;
-    let report = host::runtime()?.block_on(crate::qa::run(&bin, tools))?;
+    let report = host::runtime()?.block_on(crate::qa::run(&bin, tools, provider))?;
     let pass = report.pass;
     Ok(Output::of(&report, crate::qa::table(&report)).failed_if(!pass))
 }

@@ -14,7 +14,11 @@
 //! 6. the session logs show the expected calls (code: bridge telemetry with a search and
 //!    one call; tools: exactly one `tool_search` then one `tool_call`).
 //!
-//! Nothing is left running afterwards.
+//! The gateways talk to the mock in the upstream format `--provider` names
+//! (`openai-responses`, `openai-completions` or `anthropic`). Each gateway is stopped the
+//! way an operator stops it, with SIGTERM, and waited for; a lane fails if the gateway
+//! does not exit in time or leaves one of its processes (a spare sandbox child, say)
+//! running. Nothing is left running afterwards.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -25,6 +29,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::provider::Provider;
 use crate::surface;
 
 pub const PLUGIN: &str = "qa-fake";
@@ -46,6 +51,8 @@ pub struct Lane {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub pass: bool,
+    /// The upstream format the gateways spoke to the mock.
+    pub provider: Provider,
     pub target: String,
     pub tools: usize,
     pub seconds: f64,
@@ -109,14 +116,121 @@ fn fake_plugin(n: usize) -> (Value, String) {
     (json!({"plugin": PLUGIN, "tools": tools}), target)
 }
 
-/// A child process killed (and reaped) when dropped.
+/// How long a stopped gateway or mock may take to exit, and its processes to go.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A child process: stopped with SIGTERM and waited for by [`Guard::stop`], killed (and
+/// reaped) when dropped without it.
 struct Guard(Child);
+
+impl Guard {
+    /// SIGTERM, then a wait for the exit; then a check that nothing the process started is
+    /// still running. What went wrong, if anything.
+    fn stop(mut self, what: &str) -> Option<String> {
+        let pid = self.0.id();
+        let family = descendants(pid);
+        if let Err(e) = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        ) {
+            return Some(format!("{what}: SIGTERM failed: {e}"));
+        }
+        let started = Instant::now();
+        loop {
+            match self.0.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if started.elapsed() < STOP_GRACE => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => {
+                    return Some(format!(
+                        "{what} did not exit within {} s of SIGTERM",
+                        STOP_GRACE.as_secs()
+                    ));
+                }
+            }
+        }
+        // Its children may take a moment to die after it; then they must be gone.
+        while started.elapsed() < STOP_GRACE {
+            if family.iter().all(|p| !p.alive()) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left: Vec<String> = family
+            .iter()
+            .filter(|p| p.alive())
+            .map(|p| format!("{} ({})", p.pid, p.name))
+            .collect();
+        Some(format!(
+            "{what} left processes running after SIGTERM: {}",
+            left.join(", ")
+        ))
+    }
+}
 
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A process as `/proc` shows it, with its start time so a reused pid is not taken for
+/// it.
+struct Proc {
+    pid: u32,
+    name: String,
+    start: u64,
+}
+
+impl Proc {
+    fn read(pid: u32) -> Option<(Proc, u32, char)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        let close = stat.rfind(')')?;
+        let name = stat.get(stat.find('(')? + 1..close)?.to_string();
+        let fields: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+        let state = fields.first()?.chars().next()?;
+        let ppid = fields.get(1)?.parse().ok()?;
+        let start = fields.get(19)?.parse().ok()?;
+        Some((Proc { pid, name, start }, ppid, state))
+    }
+
+    /// Still running: the same process (same start time), not a zombie.
+    fn alive(&self) -> bool {
+        Proc::read(self.pid)
+            .is_some_and(|(p, _, state)| p.start == self.start && state != 'Z' && state != 'X')
+    }
+}
+
+/// Every live process below `root` (children, theirs, ...).
+fn descendants(root: u32) -> Vec<Proc> {
+    let all: Vec<(Proc, u32, char)> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(Proc::read)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut family = vec![root];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < family.len() {
+        let parent = family[i];
+        for (p, ppid, state) in &all {
+            if *ppid == parent && *state != 'Z' && !family.contains(&p.pid) {
+                family.push(p.pid);
+                out.push(Proc {
+                    pid: p.pid,
+                    name: p.name.clone(),
+                    start: p.start,
+                });
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Starts `bin args...` and waits for its `listening on http://ADDR` line.
@@ -164,9 +278,15 @@ fn read_log(state: &Path, session: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Runs the comparison with `tools` fake tools, using `bin` (this program) for the mock
-/// provider and the gateways.
-pub async fn run(bin: &Path, tools: usize) -> Result<Report> {
+/// Runs the comparison with `tools` fake tools, the gateways speaking `provider` to the
+/// mock, using `bin` (this program) for the mock provider and the gateways.
+pub async fn run(bin: &Path, tools: usize, provider: Provider) -> Result<Report> {
+    if provider == Provider::Google {
+        return Err(Error::Usage(
+            "qa: --provider: the gateway speaks openai-responses, openai-completions and anthropic"
+                .into(),
+        ));
+    }
     let started = Instant::now();
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -176,18 +296,18 @@ pub async fn run(bin: &Path, tools: usize) -> Result<Report> {
     ));
     let io = |e: std::io::Error| Error::Usage(format!("qa: {e}"));
     std::fs::create_dir_all(dir.join("plugins")).map_err(io)?;
-    let result = run_in(bin, tools, &dir).await;
+    let result = run_in(bin, tools, provider, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
     let mut report = result?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
+async fn run_in(bin: &Path, tools: usize, provider: Provider, dir: &Path) -> Result<Report> {
     let io = |e: std::io::Error| Error::Usage(format!("qa: {e}"));
     let (plugin, target) = fake_plugin(tools.max(1));
     std::fs::write(dir.join("plugins").join("qa-fake.json"), plugin.to_string()).map_err(io)?;
-    let (_mock, mock_url) = start(
+    let (mock, mock_url) = start(
         bin,
         &[
             "mock-provider".into(),
@@ -199,7 +319,9 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
     let config = dir.join("toolsearch.toml");
     std::fs::write(
         &config,
-        format!("[provider]\nbase_url = \"{mock_url}/v1\"\nmax_retries = 0\n"),
+        format!(
+            "[provider]\nkind = \"{provider}\"\nbase_url = \"{mock_url}/v1\"\nmax_retries = 0\n"
+        ),
     )
     .map_err(io)?;
     let http = reqwest::Client::builder()
@@ -236,13 +358,20 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
             .map_err(|e| Error::Usage(format!("qa: the {lane} gateway: {e}")))?;
         let status = answer.status();
         let answer: Value = answer.json().await.unwrap_or(Value::Null);
-        drop(gateway);
+        let stopped =
+            tokio::task::spawn_blocking(move || gateway.stop(&format!("the {lane} gateway")))
+                .await
+                .unwrap_or_else(|e| Some(format!("stopping the gateway failed: {e}")));
         let requests: Vec<Value> = mock_requests(&http, &mock_url).await?.split_off(before);
         let log = read_log(&state, &session);
         let mut l = check_lane(lane, &target, &target_id, &answer, &requests, &log, tools);
         if !status.is_success() {
             l.failures
                 .push(format!("the gateway answered {status}: {answer}"));
+            l.pass = false;
+        }
+        if let Some(problem) = stopped {
+            l.failures.push(problem);
             l.pass = false;
         }
         if lane == "direct" {
@@ -264,8 +393,15 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
             l.pass = false;
         }
     }
+    let mock_stopped = tokio::task::spawn_blocking(move || mock.stop("the mock provider"))
+        .await
+        .unwrap_or_else(|e| Some(format!("stopping the mock failed: {e}")));
+    if let Some(problem) = mock_stopped {
+        return Err(Error::Usage(format!("qa: {problem}")));
+    }
     Ok(Report {
         pass: lanes.iter().all(|l| l.pass),
+        provider,
         target,
         tools,
         seconds: 0.0,
@@ -440,8 +576,8 @@ fn redact(v: &Value) -> Value {
 /// The table for a person.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "tool-search-gateway-e2e: target {} among {} fake tools, {:.1} s\n\n| lane | declared tools | request bytes | ratio to direct | calls | pass |\n|---|---:|---:|---:|---|---|\n",
-        r.target, r.tools, r.seconds
+        "tool-search-gateway-e2e: target {} among {} fake tools, upstream {}, {:.1} s\n\n| lane | declared tools | request bytes | ratio to direct | calls | pass |\n|---|---:|---:|---:|---|---|\n",
+        r.target, r.tools, r.provider, r.seconds
     );
     for l in &r.lanes {
         out.push_str(&format!(
@@ -461,4 +597,37 @@ pub fn table(r: &Report) -> String {
     }
     out.push_str(if r.pass { "\nPASS\n" } else { "\nFAIL\n" });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_leaves_a_child_behind_is_named() {
+        // `sh` dies of SIGTERM while its `sleep` lives on: a child left behind.
+        let child = Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let started = Instant::now();
+        while descendants(pid).is_empty() && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left = descendants(pid);
+        assert_eq!(left.len(), 1, "the sleep under sh");
+        let problem = Guard(child).stop("the shell").unwrap_or_default();
+        for p in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert!(problem.contains("left processes running"), "{problem}");
+        assert!(problem.contains("sleep"), "{problem}");
+
+        let clean = Command::new("sleep").arg("30").spawn().unwrap();
+        assert_eq!(Guard(clean).stop("a sleep"), None);
+    }
 }
