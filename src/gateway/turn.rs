@@ -20,7 +20,7 @@ use tokio_util::sync::DropGuard;
 use super::errors::ApiError;
 use super::server::{GENERATED_KEY_PREFIX, Gateway};
 use crate::agent::{Agent, Message, Stop, TextStream, TurnError, TurnOptions, TurnOutcome};
-use crate::catalog::{CatalogMode, ExecutorSpec, Source, ToolDescriptor};
+use crate::catalog::{CatalogMode, ExecutorSpec, Source, Sources, ToolDescriptor};
 use crate::dispatch::DispatcherBuilder;
 use crate::provider::{RequestOptions, ToolChoice};
 use crate::surface::{self, Summary};
@@ -142,10 +142,7 @@ impl Gateway {
             (self.catalog(), Arc::clone(&session.dispatcher))
         } else {
             let extra = client_tools(&request.client_tools).map_err(ApiError::bad_request)?;
-            let catalog = self
-                .host
-                .sources()
-                .build_with(extra)
+            let catalog = with_client_tools(&self.host.sources(), extra)
                 .map_err(|e| ApiError::bad_request(format!("tools: {e}")).param("tools"))?;
             check_collisions(&catalog)?;
             let catalog = Arc::new(catalog);
@@ -317,6 +314,31 @@ fn client_tools(tools: &[Value]) -> Result<Vec<ToolDescriptor>, String> {
             }
             ds
         })
+}
+
+/// The catalog with the request's client tools. They replace configured client tools of
+/// the same name: the client that sends a tool is the one that runs it, and its schema is
+/// the one it answers to.
+fn with_client_tools(
+    sources: &Sources,
+    extra: Vec<ToolDescriptor>,
+) -> crate::error::Result<crate::catalog::Catalog> {
+    let replaced =
+        |d: &ToolDescriptor| d.source == Source::Client && extra.iter().any(|e| e.name == d.name);
+    if !sources.local.iter().any(replaced) {
+        return sources.build_with(extra);
+    }
+    Sources {
+        config: sources.config.clone(),
+        local: sources
+            .local
+            .iter()
+            .filter(|d| !replaced(d))
+            .cloned()
+            .collect(),
+        upstream: sources.upstream.clone(),
+    }
+    .build_with(extra)
 }
 
 /// A client tool that shares its name with a catalog tool would make a call by that name
