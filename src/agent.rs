@@ -31,7 +31,7 @@ use crate::catalog::{BatchQuery, ExecutionMode};
 use crate::config::Mode;
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
-use crate::provider::{RequestOptions, ToolCall, ToolChoice, ToolSpec};
+use crate::provider::{RequestOptions, ToolCall, ToolChoice, ToolSpec, Usage};
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
@@ -74,6 +74,8 @@ pub struct ModelReply {
     pub tool_calls: Vec<ToolCall>,
     /// The text already went to [`ModelRequest::text`] as it came.
     pub streamed: bool,
+    /// Tokens, when the provider counted them.
+    pub usage: Option<Usage>,
 }
 
 /// A provider's failure: what it said and, when it answered with an error status, that
@@ -228,6 +230,8 @@ pub struct TurnOutcome {
     pub messages: Vec<Message>,
     /// Calls of client tools, for the client to run (with `Stop::ClientTools`).
     pub pending: Vec<ToolCall>,
+    /// Tokens of every round, when the provider counted them.
+    pub usage: Option<Usage>,
 }
 
 /// Runs turns for one session against one surface.
@@ -410,10 +414,11 @@ impl Agent {
         let (first, later) = (for_round(1), for_round(2));
         let text_out = options.text;
         let mut answer = String::new();
+        let mut usage: Option<Usage> = None;
         let mut calls = Vec::new();
         for round in 1..=self.max_rounds {
             if abort.is_cancelled() {
-                return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
             }
             if let Some(out) = &text_out
                 && !answer.is_empty()
@@ -430,9 +435,12 @@ impl Agent {
             let reply = tokio::select! {
                 r = model.respond(&request) => r.map_err(TurnError::Provider)?,
                 _ = abort.cancelled() => {
-                    return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages));
+                    return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
                 }
             };
+            if let Some(u) = reply.usage {
+                usage.get_or_insert_default().add(u);
+            }
             if let Some(out) = &text_out
                 && !reply.streamed
             {
@@ -449,7 +457,7 @@ impl Agent {
                 tool_calls: reply.tool_calls.clone(),
             });
             if reply.tool_calls.is_empty() {
-                return Ok(self.finish(answer, Stop::Answered, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Answered, round, calls, messages, usage));
             }
             let outcomes = self
                 .run_batch(&reply.tool_calls, &format!("turn{turn}-r{round}"), &abort)
@@ -481,18 +489,25 @@ impl Agent {
                 });
             }
             if !pending.is_empty() {
-                let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages);
+                let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages, usage);
                 out.pending = pending;
                 return Ok(out);
             }
             if abort.is_cancelled() {
-                return Ok(self.finish(answer, Stop::Aborted, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round, calls, messages, usage));
             }
             if all_terminate {
-                return Ok(self.finish(answer, Stop::Terminated, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Terminated, round, calls, messages, usage));
             }
             if stop_after {
-                return Ok(self.finish(answer, Stop::StopAfterBatch, round, calls, messages));
+                return Ok(self.finish(
+                    answer,
+                    Stop::StopAfterBatch,
+                    round,
+                    calls,
+                    messages,
+                    usage,
+                ));
             }
         }
         Err(TurnError::RoundLimit(self.max_rounds))
@@ -505,6 +520,7 @@ impl Agent {
         rounds: usize,
         calls: Vec<CallRecord>,
         messages: Vec<Message>,
+        usage: Option<Usage>,
     ) -> TurnOutcome {
         self.dispatcher.log().event(
             "turn",
@@ -517,6 +533,7 @@ impl Agent {
             calls,
             messages,
             pending: Vec::new(),
+            usage,
         }
     }
 

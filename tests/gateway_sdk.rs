@@ -137,6 +137,14 @@ fn check_report(kind: &str, r: &Value) {
     };
     assert_eq!(step("plain")["text"], "mock: hello there", "{kind}");
     assert_eq!(step("plain")["status"], "completed", "{kind}");
+    // The provider's token counts reach the client, in each API's shape.
+    for name in ["plain", "chat", "chatStreamed"] {
+        assert!(
+            r[name]["totalTokens"].as_u64() > Some(0),
+            "{kind}: {name}: {}",
+            r[name]
+        );
+    }
 
     let streamed = step("streamed");
     assert_eq!(streamed["deltas"], "mock: stream this", "{kind}");

@@ -67,6 +67,7 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
             })
             .collect(),
         streamed: false,
+        usage: None,
     }
 }
 

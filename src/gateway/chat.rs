@@ -372,7 +372,7 @@ impl Completion {
                 "finish_reason": self.finish_reason(outcome),
                 "logprobs": null,
             }],
-            "usage": null,
+            "usage": usage(outcome),
         })
     }
 
@@ -388,6 +388,17 @@ impl Completion {
             }),
         )
     }
+}
+
+/// The turn's tokens in Chat's shape, `null` when the provider counted none.
+fn usage(outcome: &TurnOutcome) -> Value {
+    outcome.usage.map_or(Value::Null, |u| {
+        json!({
+            "prompt_tokens": u.input_tokens,
+            "completion_tokens": u.output_tokens,
+            "total_tokens": u.input_tokens + u.output_tokens,
+        })
+    })
 }
 
 struct ChatStream {
@@ -440,7 +451,7 @@ impl Encoder for ChatStream {
             frames.push(event(
                 None,
                 &json!({"id": c.id, "object": "chat.completion.chunk", "created": c.created,
-                        "model": c.model, "choices": [], "usage": null}),
+                        "model": c.model, "choices": [], "usage": usage(&outcome)}),
             ));
         }
         frames.push(Bytes::from_static(b"data: [DONE]\n\n"));

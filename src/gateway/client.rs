@@ -28,7 +28,7 @@ use crate::agent::{
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
-    StreamAssembler, event_values, reply_text, stream_text, tool_calls,
+    StreamAssembler, StreamUsage, event_values, reply_text, stream_text, tool_calls, usage,
 };
 use crate::provider::{Item, Provider, Request, WireNames, options, payload};
 
@@ -142,6 +142,10 @@ impl HttpModel {
         options::apply(self.provider, &mut body, &request.options, &names);
         if self.streams(request) {
             body["stream"] = json!(true);
+            // Chat streams count tokens only when asked to.
+            if self.provider == Provider::OpenaiCompletions {
+                body["stream_options"] = json!({"include_usage": true});
+            }
         }
         body
     }
@@ -246,14 +250,15 @@ impl HttpModel {
         ))
     }
 
-    /// A whole (non-streamed) answer: its tool calls and text.
-    fn parse_whole(
-        &self,
-        text: &str,
-    ) -> Result<(Vec<crate::provider::ToolCall>, String), ModelError> {
+    /// A whole (non-streamed) answer: its tool calls, text and usage.
+    fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
         let v: Value = serde_json::from_str(text).map_err(|e| self.garbage(e))?;
         let calls = tool_calls(self.provider, &v).map_err(|e| self.garbage(e))?;
-        Ok((calls, reply_text(self.provider, &v)))
+        Ok(Answer {
+            calls,
+            text: reply_text(self.provider, &v),
+            usage: usage(self.provider, &v),
+        })
     }
 
     /// A streamed answer, read event by event: tool calls assembled, text sent on to the
@@ -262,7 +267,7 @@ impl HttpModel {
         &self,
         response: reqwest::Response,
         request: &ModelRequest,
-    ) -> Result<(Vec<crate::provider::ToolCall>, String), ModelError> {
+    ) -> Result<Answer, ModelError> {
         let name = self.provider.as_str();
         // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature.
         let chunks = futures::stream::try_unfold(response, |mut r| async move {
@@ -281,6 +286,7 @@ impl HttpModel {
         let mut events = std::pin::pin!(SseStream::from_bytes_stream(lines));
         let mut assembler = StreamAssembler::new(self.provider);
         let mut text = String::new();
+        let mut counted = StreamUsage::default();
         let mut any = false;
         while let Some(event) = events.next().await {
             let event = match event {
@@ -302,6 +308,7 @@ impl HttpModel {
             for value in event_values(&data) {
                 any = true;
                 assembler.push(&value).map_err(|e| self.stream_error(e))?;
+                counted.observe(self.provider, &value);
                 if let Some(piece) = stream_text(self.provider, &value) {
                     text.push_str(&piece);
                     if let Some(out) = &request.text {
@@ -314,7 +321,11 @@ impl HttpModel {
             return Err(self.garbage("no server-sent events"));
         }
         let calls = assembler.finish().map_err(|e| self.garbage(e))?;
-        Ok((calls, text))
+        Ok(Answer {
+            calls,
+            text,
+            usage: counted.finish(),
+        })
     }
 
     /// An error a stream carried: the provider's own error stays one (not "garbage").
@@ -371,7 +382,7 @@ impl Model for HttpModel {
             let body = self.body(request);
             let response = self.send(&body).await?;
             let streamed = self.streams(request);
-            let (calls, text) = if streamed {
+            let answer = if streamed {
                 self.read_stream(response, request).await?
             } else {
                 let text = read_bounded(response, MAX_ANSWER_BYTES)
@@ -387,12 +398,14 @@ impl Model for HttpModel {
             };
             let names = WireNames::new(self.provider, &request.tools);
             Ok(ModelReply {
-                text,
-                tool_calls: calls
+                text: answer.text,
+                tool_calls: answer
+                    .calls
                     .into_iter()
                     .map(|c| c.with_original_names(&names))
                     .collect(),
                 streamed: streamed && request.text.is_some(),
+                usage: answer.usage,
             })
         })
     }
@@ -400,6 +413,13 @@ impl Model for HttpModel {
     fn models(&self) -> ModelsFuture<'_> {
         Box::pin(self.list_models())
     }
+}
+
+/// One answer as read: its calls (wire names), text and usage.
+struct Answer {
+    calls: Vec<crate::provider::ToolCall>,
+    text: String,
+    usage: Option<crate::provider::Usage>,
 }
 
 /// The agent's message as the provider layer encodes it.

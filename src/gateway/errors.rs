@@ -15,8 +15,13 @@ use serde_json::{Value, json};
 
 use crate::agent::TurnError;
 
+/// An error answer; boxed, so the `Result`s that carry one stay small.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+pub struct ApiError(Box<Detail>);
+
+/// What an error answer says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
     pub status: StatusCode,
     pub kind: String,
     pub message: String,
@@ -25,16 +30,24 @@ pub struct ApiError {
     pub retry_after: Option<String>,
 }
 
+impl std::ops::Deref for ApiError {
+    type Target = Detail;
+
+    fn deref(&self) -> &Detail {
+        &self.0
+    }
+}
+
 impl ApiError {
     fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        ApiError {
+        ApiError(Box::new(Detail {
             status,
             kind: kind.to_string(),
             message: message.into(),
             param: None,
             code: None,
             retry_after: None,
-        }
+        }))
     }
 
     /// 400: the request is malformed or asks what cannot be done.
@@ -63,12 +76,12 @@ impl ApiError {
     }
 
     pub fn param(mut self, param: &str) -> Self {
-        self.param = Some(param.to_string());
+        self.0.param = Some(param.to_string());
         self
     }
 
     pub fn code(mut self, code: &str) -> Self {
-        self.code = Some(code.to_string());
+        self.0.code = Some(code.to_string());
         self
     }
 
@@ -87,14 +100,14 @@ impl ApiError {
                 } else {
                     "server_error"
                 };
-                ApiError {
+                ApiError(Box::new(Detail {
                     status,
                     kind: m.kind.clone().unwrap_or_else(|| fallback.to_string()),
                     message: e.to_string(),
                     param: None,
                     code: Some(m.code.clone().unwrap_or_else(|| e.code().to_string())),
                     retry_after: m.retry_after.clone(),
-                }
+                }))
             }
             TurnError::RoundLimit(_) => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "server_error", e.to_string()).code(e.code())

@@ -482,6 +482,15 @@ impl Answer {
             }
         }
         if let Some(outcome) = extra {
+            if let Some(u) = outcome.usage {
+                body["usage"] = json!({
+                    "input_tokens": u.input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": u.output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": u.input_tokens + u.output_tokens,
+                });
+            }
             body["toolsearch"] = json!({
                 "mode": self.summary.as_ref().map(|s| s.mode),
                 "stop": outcome.stop,

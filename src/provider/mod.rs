@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 
-pub use normalize::{StreamAssembler, parse_sse, tool_calls};
+pub use normalize::{StreamAssembler, Usage, parse_sse, tool_calls};
 pub use options::{OutputFormat, Reasoning, RequestOptions, ToolChoice};
 pub use payload::{PayloadSummary, request_body, summary, tool_bytes};
 

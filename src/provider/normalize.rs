@@ -839,6 +839,102 @@ pub fn stream_text(provider: Provider, event: &Value) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+// ---------------------------------------------------------------------------------------
+// Usage
+// ---------------------------------------------------------------------------------------
+
+/// Tokens of one answer as the provider counted them. Anthropic's cache reads and writes
+/// count as input, as OpenAI's cached tokens do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// The usage of one non-streamed response, when it reports one: Chat `usage.prompt_tokens`
+/// and `completion_tokens`, Responses and Anthropic `usage.input_tokens` and
+/// `output_tokens`, Google `usageMetadata.promptTokenCount` and `candidatesTokenCount`.
+pub fn usage(provider: Provider, response: &Value) -> Option<Usage> {
+    let mut u = StreamUsage::default();
+    match provider {
+        Provider::OpenaiCompletions | Provider::OpenaiResponses | Provider::Anthropic => {
+            u.observe_counts(provider, response.get("usage")?);
+        }
+        Provider::Google => u.observe_counts(provider, response.get("usageMetadata")?),
+    }
+    u.finish()
+}
+
+/// The usage of a stream, from the events that carry it: a Chat chunk's `usage` (sent when
+/// `stream_options.include_usage` asks), `response.completed`'s response, Anthropic's
+/// `message_start` (input) and `message_delta` (output so far), a Google chunk's
+/// `usageMetadata`. Later counts replace earlier ones: each is a running total.
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    input: Option<u64>,
+    output: Option<u64>,
+}
+
+impl StreamUsage {
+    pub fn observe(&mut self, provider: Provider, event: &Value) {
+        let counts = match provider {
+            Provider::OpenaiCompletions => event.get("usage"),
+            Provider::OpenaiResponses => {
+                if event.get("type").and_then(Value::as_str) != Some("response.completed") {
+                    return;
+                }
+                event.pointer("/response/usage")
+            }
+            Provider::Anthropic => match event.get("type").and_then(Value::as_str) {
+                Some("message_start") => event.pointer("/message/usage"),
+                Some("message_delta") => event.get("usage"),
+                _ => None,
+            },
+            Provider::Google => event.get("usageMetadata"),
+        };
+        if let Some(counts) = counts.filter(|c| c.is_object()) {
+            self.observe_counts(provider, counts);
+        }
+    }
+
+    fn observe_counts(&mut self, provider: Provider, counts: &Value) {
+        let n = |key: &str| counts.get(key).and_then(Value::as_u64);
+        let (input, output) = match provider {
+            Provider::OpenaiCompletions => (n("prompt_tokens"), n("completion_tokens")),
+            Provider::OpenaiResponses => (n("input_tokens"), n("output_tokens")),
+            Provider::Anthropic => {
+                let input = n("input_tokens").map(|i| {
+                    i + n("cache_creation_input_tokens").unwrap_or(0)
+                        + n("cache_read_input_tokens").unwrap_or(0)
+                });
+                (input, n("output_tokens"))
+            }
+            Provider::Google => (n("promptTokenCount"), n("candidatesTokenCount")),
+        };
+        if input.is_some() {
+            self.input = input;
+        }
+        if output.is_some() {
+            self.output = output;
+        }
+    }
+
+    /// The counts, when the provider reported any.
+    pub fn finish(&self) -> Option<Usage> {
+        (self.input.is_some() || self.output.is_some()).then(|| Usage {
+            input_tokens: self.input.unwrap_or(0),
+            output_tokens: self.output.unwrap_or(0),
+        })
+    }
+}
+
 /// The answer's text of a Responses body: the text parts of its `message` items, joined
 /// (tool calls carry none). The gateway's client reads provider answers with it, and QA the
 /// gateway's own.

@@ -51,7 +51,7 @@ async function step(name, fn) {
 
 await step("plain", async () => {
   const r = await client.responses.create({ model: "sdk-model", input: "hello there" });
-  return { id: r.id, status: r.status, text: r.output_text };
+  return { id: r.id, status: r.status, text: r.output_text, totalTokens: r.usage?.total_tokens ?? null };
 });
 
 await step("streamed", async () => {
@@ -162,7 +162,12 @@ await step("chat", async () => {
       { role: "user", content: "hello chat" },
     ],
   });
-  return { object: c.object, text: c.choices[0].message.content, finish: c.choices[0].finish_reason };
+  return {
+    object: c.object,
+    text: c.choices[0].message.content,
+    finish: c.choices[0].finish_reason,
+    totalTokens: c.usage?.total_tokens ?? null,
+  };
 });
 
 await step("chatStreamed", async () => {
@@ -175,13 +180,15 @@ await step("chatStreamed", async () => {
   let text = "";
   let chunks = 0;
   let finish = null;
+  let totalTokens = null;
   for await (const chunk of stream) {
     chunks += 1;
+    if (chunk.usage) totalTokens = chunk.usage.total_tokens;
     const choice = chunk.choices[0];
     if (choice?.delta?.content) text += choice.delta.content;
     if (choice?.finish_reason) finish = choice.finish_reason;
   }
-  return { text, chunks, finish };
+  return { text, chunks, finish, totalTokens };
 });
 
 await step("chatStreamHelper", async () => {

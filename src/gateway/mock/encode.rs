@@ -34,6 +34,8 @@ pub(super) struct Plan {
     calls: Vec<PlannedCall>,
     input_tokens: u64,
     created: u64,
+    /// Chat: `stream_options.include_usage` asked for a usage chunk.
+    include_usage: bool,
 }
 
 struct PlannedCall {
@@ -84,6 +86,11 @@ impl Plan {
             text: reply.text,
             calls,
             input_tokens: (request_bytes / 4) as u64,
+            include_usage: request
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                == Some(true),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -269,11 +276,7 @@ impl Plan {
                 "message": payload::chat_assistant_message(&self.text, &calls),
                 "finish_reason": self.finish_reason(),
             }],
-            "usage": {
-                "prompt_tokens": self.input_tokens,
-                "completion_tokens": 1,
-                "total_tokens": self.input_tokens + 1,
-            },
+            "usage": self.chat_usage(),
         })
     }
 
@@ -312,7 +315,25 @@ impl Plan {
             }
         }
         chunks.push(self.chat_chunk(json!({}), Some(self.finish_reason())));
+        if self.include_usage {
+            chunks.push(json!({
+                "id": self.chat_id(),
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": self.chat_usage(),
+            }));
+        }
         chunks
+    }
+
+    fn chat_usage(&self) -> Value {
+        json!({
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": 1,
+            "total_tokens": self.input_tokens + 1,
+        })
     }
 }
 
