@@ -27,12 +27,14 @@ use tokio::sync::mpsc;
 use super::errors::ApiError;
 use super::forward;
 use super::server::Gateway;
-use super::sse::{self, Encoder, event};
+use super::sse;
 use super::store::{StoredResponse, random_id};
 use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
 use crate::agent::{Message, TurnOutcome};
 use crate::provider::{Provider, RequestOptions, ToolCall};
 use crate::surface::Summary;
+
+mod events;
 
 /// The fields of a Responses request. Every field OpenAI's API takes is here: forwarded,
 /// the gateway's own, passed on to an `openai-responses` upstream only, or read and
@@ -213,12 +215,7 @@ async fn create_inner(
     let (tx, rx) = mpsc::channel(TEXT_BUFFER);
     let running = gw.start(turn, Some(tx)).await?;
     answer.started(&running);
-    let encoder = ResponsesStream {
-        gw: Arc::clone(gw),
-        answer,
-        sequence: 0,
-        text: None,
-    };
+    let encoder = events::ResponsesStream::new(Arc::clone(gw), answer);
     Ok(sse::respond(running, rx, encoder).await)
 }
 
@@ -528,137 +525,6 @@ fn function_call(call: &ToolCall, status: &str) -> Value {
     item["id"] = json!(format!("fc_{}", call.id));
     item["status"] = json!(status);
     item
-}
-
-/// The Responses event stream of one turn.
-struct ResponsesStream {
-    gw: Arc<Gateway>,
-    answer: Answer,
-    sequence: u64,
-    /// The message's text so far, once its item is open.
-    text: Option<String>,
-}
-
-impl ResponsesStream {
-    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        event(Some(kind), &data)
-    }
-
-    fn open_message(&mut self, frames: &mut Vec<Bytes>) {
-        if self.text.is_some() {
-            return;
-        }
-        self.text = Some(String::new());
-        let mut item = self.answer.message("", "in_progress");
-        item["content"] = json!([]);
-        let id = self.answer.message_id.clone();
-        frames.push(self.event(
-            "response.output_item.added",
-            json!({"output_index": 0, "item": item}),
-        ));
-        frames.push(self.event(
-            "response.content_part.added",
-            json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": "", "annotations": []}}),
-        ));
-    }
-
-    fn close_message(&mut self, frames: &mut Vec<Bytes>) {
-        let Some(text) = self.text.clone() else {
-            return;
-        };
-        let id = self.answer.message_id.clone();
-        frames.push(self.event(
-            "response.output_text.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
-        ));
-        frames.push(self.event(
-            "response.content_part.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": text, "annotations": []}}),
-        ));
-        let item = self.answer.message(&text, "completed");
-        frames.push(self.event(
-            "response.output_item.done",
-            json!({"output_index": 0, "item": item}),
-        ));
-    }
-}
-
-impl Encoder for ResponsesStream {
-    fn start(&mut self) -> Vec<Bytes> {
-        let response = self.answer.object("in_progress", Vec::new(), None);
-        vec![
-            self.event("response.created", json!({"response": response})),
-            self.event("response.in_progress", json!({"response": response})),
-        ]
-    }
-
-    fn text(&mut self, delta: &str) -> Vec<Bytes> {
-        let mut frames = Vec::new();
-        self.open_message(&mut frames);
-        if let Some(text) = &mut self.text {
-            text.push_str(delta);
-        }
-        let id = self.answer.message_id.clone();
-        frames.push(self.event(
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": 0, "content_index": 0, "delta": delta, "logprobs": []}),
-        ));
-        frames
-    }
-
-    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes> {
-        let mut frames = Vec::new();
-        let outcome = match result {
-            Ok(o) => o,
-            Err(e) => {
-                let mut response = self.answer.object("failed", Vec::new(), None);
-                response["error"] =
-                    json!({"code": e.code.clone().unwrap_or(e.kind.clone()), "message": e.message});
-                frames.push(self.event("response.failed", json!({"response": response})));
-                return frames;
-            }
-        };
-        if has_message(&outcome) {
-            self.open_message(&mut frames);
-            // What streamed is the answer; a model that did not stream gave it whole.
-            if self.text.as_deref() == Some("") && !outcome.text.is_empty() {
-                frames.extend(self.text(&outcome.text.clone()));
-            }
-            self.close_message(&mut frames);
-        }
-        let first = usize::from(self.text.is_some());
-        for (i, call) in outcome.pending.iter().enumerate() {
-            let index = first + i;
-            let item_id = format!("fc_{}", call.id);
-            let arguments = call.arguments.to_string();
-            let mut added = function_call(call, "in_progress");
-            added["arguments"] = json!("");
-            frames.push(self.event(
-                "response.output_item.added",
-                json!({"output_index": index, "item": added}),
-            ));
-            frames.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"item_id": item_id, "output_index": index, "delta": arguments}),
-            ));
-            frames.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"item_id": item_id, "output_index": index, "name": call.name, "arguments": arguments}),
-            ));
-            frames.push(self.event(
-                "response.output_item.done",
-                json!({"output_index": index, "item": function_call(call, "completed")}),
-            ));
-        }
-        let response = self.answer.complete(&self.gw, &outcome);
-        frames.push(self.event("response.completed", json!({"response": response})));
-        frames
-    }
 }
 
 #[cfg(test)]
