@@ -1693,3 +1693,38 @@ fn options_are_spelled_per_provider_after_the_surface_body() {
     );
     assert!(bare.get("tool_choice").is_none() && bare.get("parallel_tool_calls").is_none());
 }
+
+#[test]
+fn an_empty_answer_sends_anthropic_no_empty_message() {
+    let conversation = [
+        Item::User("hello"),
+        Item::Assistant {
+            text: "",
+            calls: &[],
+        },
+        Item::User("hello?"),
+    ];
+    let body = request_body(
+        Provider::Anthropic,
+        &Request {
+            conversation: &conversation,
+            ..request(&[])
+        },
+    );
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "user"]);
+    // The OpenAI formats keep it: they accept an empty assistant message.
+    let chat = request_body(
+        Provider::OpenaiCompletions,
+        &Request {
+            conversation: &conversation,
+            ..request(&[])
+        },
+    );
+    assert_eq!(chat["messages"].as_array().unwrap().len(), 4);
+}
