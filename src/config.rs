@@ -228,11 +228,39 @@ fn yes() -> bool {
     true
 }
 
+/// `[gateway]`: the responses the gateway keeps for `previous_response_id`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Responses kept at most (0: none is kept); the oldest go first.
+    #[serde(default = "default_stored_responses")]
+    pub stored_responses: usize,
+    /// How long a response is kept, in seconds.
+    #[serde(default = "default_stored_ttl_s")]
+    pub stored_ttl_s: u64,
+}
+
+fn default_stored_responses() -> usize {
+    1000
+}
+fn default_stored_ttl_s() -> u64 {
+    3600
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            stored_responses: default_stored_responses(),
+            stored_ttl_s: default_stored_ttl_s(),
+        }
+    }
+}
+
 /// `[provider]`: the model the gateway talks to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// `openai-responses` or `openai-completions`.
+    /// `openai-responses`, `openai-completions` or `anthropic`.
     #[serde(default = "default_provider_kind")]
     pub kind: String,
     /// Any compatible base URL (default: the mock provider's default address).
@@ -428,6 +456,8 @@ struct RawConfig {
     #[serde(default)]
     provider: ProviderConfig,
     #[serde(default)]
+    gateway: GatewayConfig,
+    #[serde(default)]
     mcp: RawMcpConfig,
 }
 
@@ -613,6 +643,7 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub surface: SurfaceConfig,
     pub provider: ProviderConfig,
+    pub gateway: GatewayConfig,
     pub mcp: McpConfig,
 }
 
@@ -638,6 +669,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             surface: SurfaceConfig::default(),
             provider: ProviderConfig::default(),
+            gateway: GatewayConfig::default(),
             mcp: McpConfig::default(),
         }
     }
@@ -780,6 +812,7 @@ impl Config {
             },
             surface: raw.surface,
             provider: raw.provider,
+            gateway: raw.gateway,
             mcp,
         })
     }

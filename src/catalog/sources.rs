@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::load::{self, CatalogText};
 use super::store::{EnvFact, Store};
-use super::{Catalog, Facts, ToolDescriptor, embedded};
+use super::{Catalog, Facts, Source, ToolDescriptor, embedded};
 use crate::config::Config;
 use crate::error::Result;
 
@@ -150,13 +150,27 @@ impl Sources {
     }
 
     /// The catalog with `extra` descriptors (a gateway request's client tools) joining;
-    /// never stored.
+    /// never stored. A client tool of `extra` replaces a local client tool of the same
+    /// name: the client that sends a tool is the one that runs it, and its schema is the
+    /// one it answers to.
     pub fn build_with(&self, extra: Vec<ToolDescriptor>) -> Result<Catalog> {
         let (upstream, down) = match &self.upstream {
             Some(up) => up.snapshot(),
             None => Default::default(),
         };
-        let mut all = self.local.descriptors()?.to_vec();
+        let replaced = |d: &ToolDescriptor| {
+            d.source == Source::Client
+                && extra
+                    .iter()
+                    .any(|e| e.source == Source::Client && e.name == d.name)
+        };
+        let mut all: Vec<ToolDescriptor> = self
+            .local
+            .descriptors()?
+            .iter()
+            .filter(|d| !replaced(d))
+            .cloned()
+            .collect();
         all.extend(upstream);
         all.extend(extra);
         Catalog::build(
