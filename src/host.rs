@@ -106,6 +106,11 @@ impl Host {
         config: Config,
         local: Vec<ToolDescriptor>,
     ) -> Result<Host> {
+        // A configured embedding model that cannot load stops the host here, before any
+        // server starts, naming the file at fault.
+        if let Some(semantic) = &config.search.semantic {
+            crate::semantic::Model::shared(semantic)?;
+        }
         let hub = if config.mcp.servers.is_empty() {
             None
         } else {

@@ -148,6 +148,8 @@ pub struct Catalog {
     index: std::sync::OnceLock<std::result::Result<SearchIndex, String>>,
     /// What the index is built from, until it is.
     docs: parking_lot::Mutex<Vec<IndexDoc>>,
+    /// The embedding model of `[search.semantic]`, when one is configured.
+    semantic: Option<std::sync::Arc<crate::semantic::Model>>,
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
@@ -168,6 +170,13 @@ pub struct Counts {
 impl Catalog {
     /// Plans and indexes `descriptors` under `config`.
     pub fn build(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Self> {
+        let semantic = facts
+            .config
+            .search
+            .semantic
+            .as_ref()
+            .map(crate::semantic::Model::shared)
+            .transpose()?;
         let plan = plan::plan(descriptors, facts)?;
         let cataloged = plan.cataloged.len();
         let mut entries = Vec::with_capacity(cataloged + plan.direct_only.len());
@@ -199,6 +208,7 @@ impl Catalog {
             filtered: plan.filtered,
             index: std::sync::OnceLock::new(),
             docs: parking_lot::Mutex::new(docs),
+            semantic,
             by_id,
             by_name,
             settings: facts.config.tools.tool_search.clone(),
@@ -476,7 +486,7 @@ impl Catalog {
         self.index
             .get_or_init(|| {
                 let docs = std::mem::take(&mut *self.docs.lock());
-                SearchIndex::build(&docs).map_err(|e| e.to_string())
+                SearchIndex::build_with(&docs, self.semantic.clone()).map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| Error::Index(e.clone()))

@@ -43,13 +43,7 @@ pub fn builder_source(runtime: &str) -> String {
 /// Where blobs are kept: `$XDG_CACHE_HOME/toolsearch/snapshots`, else
 /// `$HOME/.cache/toolsearch/snapshots`; none without either (no snapshot is used).
 pub fn default_dir() -> Option<PathBuf> {
-    // A relative XDG_CACHE_HOME is to be ignored (XDG base directory spec); so is HOME.
-    let base = match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d,
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
-    };
-    base.is_absolute()
-        .then(|| base.join("toolsearch").join("snapshots"))
+    crate::dirs::cache_root().map(|root| root.join("snapshots"))
 }
 
 /// The blob for this Node, these V8 flags and this runtime: the cached one if present,

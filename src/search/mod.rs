@@ -14,14 +14,21 @@
 //!   whole and sentence by sentence, and the rankings are interleaved, so that each part's
 //!   best tool reaches the top instead of the one tool that matches most words overall.
 //!
+//! With a model configured (`[search.semantic]`), each part's lexical ranking is fused
+//! with its semantic one ([`dense`], [`fusion`]) before the interleaving; the rules above
+//! hold as they are.
+//!
 //! This module owns ranking only. It knows nothing of policy (the catalog given to it is
 //! already filtered) and returns positions in the slice it was built from.
 
 pub mod analyze;
+pub mod dense;
+pub mod fusion;
 mod score;
 pub mod synonyms;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 use tantivy::indexer::NoMergePolicy;
@@ -31,6 +38,8 @@ use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{Index, IndexWriter, ReloadPolicy};
 
 use crate::error::Result;
+use crate::semantic::Model;
+use dense::Dense;
 use score::Scorer;
 use synonyms::Synonyms;
 
@@ -172,6 +181,8 @@ pub struct SearchIndex {
     /// Lowercased name or id -> entries, ids first.
     exact: HashMap<String, Vec<usize>>,
     len: usize,
+    /// The semantic half, when a model is configured.
+    dense: Option<Dense>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -183,8 +194,13 @@ impl std::fmt::Debug for SearchIndex {
 }
 
 impl SearchIndex {
-    /// Indexes `docs`; hits refer to positions in this slice.
+    /// Indexes `docs` for lexical search; hits refer to positions in this slice.
     pub fn build(docs: &[IndexDoc]) -> Result<Self> {
+        Self::build_with(docs, None)
+    }
+
+    /// Indexes `docs`, and embeds them with `model` when there is one (hybrid search).
+    pub fn build_with(docs: &[IndexDoc], model: Option<Arc<Model>>) -> Result<Self> {
         let mut builder = Schema::builder();
         let text_options = TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
@@ -271,12 +287,14 @@ impl SearchIndex {
             }
         }
         let synonyms = Synonyms::new(&mut analyzer);
+        let dense = model.map(|m| Dense::build(m, docs)).transpose()?;
         Ok(SearchIndex {
             scorer,
             analyzer,
             synonyms,
             exact,
             len: docs.len(),
+            dense,
         })
     }
 
@@ -286,6 +304,11 @@ impl SearchIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The semantic half, when the index has one.
+    pub fn dense(&self) -> Option<&Dense> {
+        self.dense.as_ref()
     }
 
     /// The best `limit` entries for `query`, exact name or id matches first.
@@ -311,17 +334,13 @@ impl SearchIndex {
             return hits;
         }
         let wanted = limit + hits.len();
-        let segments = segments(query);
-        let ranked = if segments.len() < 2 {
-            self.ranked(query, wanted)
-        } else {
-            // Whole request first, then each sentence, one rank at a time.
-            let lists: Vec<Vec<(usize, f32)>> = std::iter::once(query)
-                .chain(segments)
-                .map(|q| self.ranked(q, wanted))
-                .collect();
-            interleave(&lists, wanted)
+        let parts = parts(query);
+        let lists: Vec<Vec<(usize, f32)>> = match &self.dense {
+            Some(dense) => fusion::rank_parts(self, dense, &parts, wanted),
+            None => parts.iter().map(|q| self.ranked(q, wanted)).collect(),
         };
+        // Whole request first, then each sentence, one rank at a time.
+        let ranked = interleave(&lists, wanted);
         for (ord, score) in ranked {
             if hits.len() == limit {
                 break;
@@ -337,13 +356,20 @@ impl SearchIndex {
         hits
     }
 
-    /// One scored query: the best `n` entries with their scores.
-    fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
+    /// The lexical ranking of one query (a whole request or one of its sentences): the
+    /// best `n` entries with their BM25 scores.
+    pub fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
         let terms = self.weighted_terms(query);
         if terms.is_empty() {
             return Vec::new();
         }
         self.scorer.top(&terms, NAME_BOOST, n)
+    }
+
+    /// Whether `query` has a word the analyzer keeps (not only stop words and symbols).
+    pub fn has_terms(&self, query: &str) -> bool {
+        let mut analyzer = self.analyzer.clone();
+        !analyze::terms(&mut analyzer, query).is_empty()
     }
 
     /// Typed terms at full weight, then synonyms not typed, at a reduced weight.
@@ -369,7 +395,7 @@ impl SearchIndex {
 }
 
 /// Merges rankings one rank at a time: every list's first, then every list's second...
-fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
+pub fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
     let mut out: Vec<(usize, f32)> = Vec::with_capacity(n);
     let depth = lists.iter().map(Vec::len).max().unwrap_or(0);
     for rank in 0..depth {
@@ -385,6 +411,16 @@ fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
         }
     }
     out
+}
+
+/// What a request is searched as: the whole, then each of its sentences when it has
+/// several.
+pub fn parts(query: &str) -> Vec<&str> {
+    let segments = segments(query);
+    if segments.len() < 2 {
+        return vec![query];
+    }
+    std::iter::once(query).chain(segments).collect()
 }
 
 /// The sentences of a request: split at `.`, `?`, `!` or `;` followed by a space. A
