@@ -21,7 +21,7 @@ use toolsearch::eval::{DatasetQuery, read_dataset, score_query};
 use toolsearch::search::fusion::{FUSION, Fusion, embedded_parts, fuse_parts};
 use toolsearch::search::{SearchIndex, interleave, parts};
 use toolsearch::semantic::Model;
-use toolsearch::semantic::cache::{Store, text_key};
+use toolsearch::semantic::cache::{MAX_SEGMENTS, Store, text_key};
 
 const SETS: [&str; 4] = ["metatool", "sealtools", "azure_mcp", "toollens_train"];
 const DEPTH: usize = 100;
@@ -250,7 +250,12 @@ fn prepare(name: &'static str, data: &Path, model: &Arc<Model>) -> Set {
             if let Some(s) = &store {
                 let refs: Vec<([u8; 16], &[f32])> =
                     fresh.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-                s.save(&refs, &Vec::new);
+                if s.save(&refs) > MAX_SEGMENTS {
+                    vectors.extend(fresh.iter().cloned());
+                    let all: Vec<([u8; 16], &[f32])> =
+                        vectors.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+                    s.merge(&all);
+                }
             }
             vectors.extend(fresh);
             eprintln!(

@@ -45,6 +45,8 @@ pub fn text_key(text: &str) -> TextKey {
 pub struct Store {
     dir: PathBuf,
     dim: usize,
+    /// Vector bytes a merge keeps ([`MAX_BYTES`]).
+    max_bytes: usize,
 }
 
 impl Store {
@@ -57,7 +59,11 @@ impl Store {
             return None;
         }
         prune_models(root, &dir);
-        Some(Store { dir, dim })
+        Some(Store {
+            dir,
+            dim,
+            max_bytes: MAX_BYTES,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -106,36 +112,31 @@ impl Store {
         files.into_iter().map(|(_, p)| p).collect()
     }
 
-    /// Adds `entries` as a new segment; when that makes too many, merges `all` (every
-    /// vector this process knows, the newest first) into one segment in place of the
-    /// `read` files and the new one. Failures are logged and forgotten.
-    pub fn save(
-        &self,
-        entries: &[(TextKey, &[f32])],
-        known: &dyn Fn() -> Vec<(TextKey, Vec<f32>)>,
-    ) {
+    /// Adds `entries` as a new segment; returns how many segments there are now (0 when
+    /// nothing could be written). Failures are logged and forgotten.
+    pub fn save(&self, entries: &[(TextKey, &[f32])]) -> usize {
         if entries.is_empty() {
-            return;
+            return self.segments().len();
         }
-        if let Err(e) = self.write_segment(entries) {
-            tracing::debug!("embedding cache not written in {}: {e}", self.dir.display());
-            return;
+        match self.write_segment(entries) {
+            Ok(()) => self.segments().len(),
+            Err(e) => {
+                tracing::debug!("embedding cache not written in {}: {e}", self.dir.display());
+                0
+            }
         }
+    }
+
+    /// Replaces every segment there is now by one holding `entries`, cut at [`MAX_BYTES`]
+    /// (so the ones that must stay come first). A segment another process writes meanwhile
+    /// is kept; vectors only it had are embedded again by whoever needs them.
+    pub fn merge(&self, entries: &[(TextKey, &[f32])]) {
         let files = self.segments();
-        if files.len() <= MAX_SEGMENTS {
-            return;
-        }
-        let row = 16 + 4 * self.dim;
-        let keep = (MAX_BYTES / row).max(1);
-        let all = known();
-        let merged: Vec<(TextKey, &[f32])> = all
-            .iter()
-            .take(keep)
-            .map(|(k, v)| (*k, v.as_slice()))
-            .collect();
-        if self.write_segment(&merged).is_ok() {
-            // Only files that existed before the merged one: a segment another process
-            // wrote meanwhile is kept.
+        let keep = (self.max_bytes / (16 + 4 * self.dim)).max(1);
+        if self
+            .write_segment(&entries[..entries.len().min(keep)])
+            .is_ok()
+        {
             for f in files {
                 let _ = std::fs::remove_file(f);
             }
@@ -257,7 +258,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path(), "abc", 3).unwrap();
         let (a, b) = (text_key("a"), text_key("b"));
-        store.save(&[(a, &v(1.0)), (b, &v(2.0))], &Vec::new);
+        assert_eq!(store.save(&[(a, &v(1.0)), (b, &v(2.0))]), 1);
         let (all, files) = store.load();
         assert_eq!(files.len(), 1);
         assert_eq!(all[&a], v(1.0));
@@ -276,24 +277,35 @@ mod tests {
         }
         // Another dimension is not this model's.
         let other = Store::open(tmp.path(), "abc", 4).unwrap();
-        store.save(&[(a, &v(1.0))], &Vec::new);
+        store.save(&[(a, &v(1.0))]);
         assert!(other.load().0.is_empty());
     }
 
     #[test]
-    fn many_segments_merge_within_the_bound() {
+    fn a_merge_replaces_the_segments_by_one_within_the_bound() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path(), "m", 3).unwrap();
         let keys: Vec<TextKey> = (0..MAX_SEGMENTS + 1)
             .map(|i| text_key(&i.to_string()))
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            let known = || keys[..=i].iter().map(|k| (*k, v(1.0))).collect::<Vec<_>>();
-            store.save(&[(*k, &v(1.0))], &known);
+            assert_eq!(store.save(&[(*k, &v(1.0))]), i + 1);
         }
-        let (all, files) = store.load();
+        let one = v(1.0);
+        let all: Vec<(TextKey, &[f32])> = keys.iter().map(|k| (*k, one.as_slice())).collect();
+        store.merge(&all);
+        let (merged, files) = store.load();
         assert_eq!(files.len(), 1, "merged into one segment");
-        assert_eq!(all.len(), keys.len());
+        assert_eq!(merged.len(), keys.len());
+        // Past the byte bound, the first entries are the ones kept.
+        let small = Store {
+            max_bytes: 2 * (16 + 4 * 3),
+            ..Store::open(tmp.path(), "small", 3).unwrap()
+        };
+        small.merge(&all);
+        let (kept, _) = small.load();
+        assert_eq!(kept.len(), 2);
+        assert!(kept.contains_key(&keys[0]) && kept.contains_key(&keys[1]));
     }
 
     #[test]

@@ -330,7 +330,9 @@ fn bert_config(file: &Path, bytes: &[u8]) -> Result<bert::Config> {
         .map_err(|e| bad(file, format!("not a BERT config this build can run: {e}")))?;
     if config.hidden_size == 0
         || config.num_attention_heads == 0
-        || !config.hidden_size.is_multiple_of(config.num_attention_heads)
+        || !config
+            .hidden_size
+            .is_multiple_of(config.num_attention_heads)
     {
         return Err(bad(
             file,

@@ -17,7 +17,7 @@ mod folder;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,7 +180,7 @@ impl Model {
             }
         }
         let mut missing: Vec<usize> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
         for (i, k) in keys.iter().enumerate() {
             if !memory.vectors.contains_key(k) && seen.insert(*k) {
                 missing.push(i);
@@ -189,37 +189,32 @@ impl Model {
         if !missing.is_empty() {
             let todo: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
             let vectors = self.embed_reporting(&todo, memory.store.as_ref().map(Store::dir))?;
-            let fresh: Vec<(TextKey, &[f32])> = missing
-                .iter()
-                .enumerate()
-                .map(|(row, &i)| (keys[i], &vectors[row * dim..(row + 1) * dim]))
-                .collect();
-            if let Some(store) = &memory.store {
-                let known = || {
-                    // The catalog's own vectors first: they are what a merge must keep.
-                    let mut all: Vec<(TextKey, Vec<f32>)> =
-                        fresh.iter().map(|(k, v)| (*k, v.to_vec())).collect();
-                    let current: std::collections::HashSet<&TextKey> = keys.iter().collect();
-                    all.extend(
-                        keys.iter()
-                            .filter_map(|k| memory.vectors.get(k).map(|v| (*k, v.clone()))),
-                    );
-                    all.extend(
-                        memory
-                            .vectors
-                            .iter()
-                            .filter(|(k, _)| !current.contains(k))
-                            .map(|(k, v)| (*k, v.clone())),
-                    );
-                    all
-                };
-                store.save(&fresh, &known);
-            }
-            if memory.vectors.len() + fresh.len() > MAX_MEMORY_VECTORS {
+            if memory.vectors.len() + missing.len() > MAX_MEMORY_VECTORS {
                 memory.vectors.clear();
             }
-            for (k, v) in fresh {
-                memory.vectors.insert(k, v.to_vec());
+            for (row, &i) in missing.iter().enumerate() {
+                memory
+                    .vectors
+                    .insert(keys[i], vectors[row * dim..(row + 1) * dim].to_vec());
+            }
+            if let Some(store) = &memory.store {
+                let fresh: Vec<(TextKey, &[f32])> = missing
+                    .iter()
+                    .enumerate()
+                    .map(|(row, &i)| (keys[i], &vectors[row * dim..(row + 1) * dim]))
+                    .collect();
+                if store.save(&fresh) > cache::MAX_SEGMENTS {
+                    // This catalog's vectors first: they are what a cut must keep.
+                    let current: HashSet<&TextKey> = keys.iter().collect();
+                    let ordered: Vec<(TextKey, &[f32])> = keys
+                        .iter()
+                        .collect::<HashSet<_>>()
+                        .into_iter()
+                        .chain(memory.vectors.keys().filter(|k| !current.contains(k)))
+                        .filter_map(|k| memory.vectors.get(k).map(|v| (*k, v.as_slice())))
+                        .collect();
+                    store.merge(&ordered);
+                }
             }
         }
         let mut out = Vec::with_capacity(texts.len() * dim);
