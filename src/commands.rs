@@ -323,10 +323,12 @@ pub fn doctor(options: Options) -> Result<Output> {
     })
 }
 
-/// `eval`: retrieval quality of the search on a labelled data set. Needs no config or agent
-/// catalog: it indexes the data set alone.
-pub fn eval(catalog: &Path, queries: &Path, k: &[usize]) -> Result<Output> {
-    let r = crate::eval::run(catalog, queries, k)?;
+/// `eval`: retrieval quality of the search on a labelled data set. It indexes the data set
+/// alone (no agent catalog), ranked as the config says: lexical, or hybrid with the
+/// `[search.semantic]` model.
+pub fn eval(options: Options, catalog: &Path, queries: &Path, k: &[usize]) -> Result<Output> {
+    let config = Config::load(options.config.as_deref())?;
+    let r = crate::eval::run(&config, catalog, queries, k)?;
     let name = catalog
         .parent()
         .and_then(|p| p.file_name())

@@ -41,6 +41,9 @@
 //! tools = ["calendar", "openclaw:tickets:*"]
 //! aliases = ["plan"]
 //!
+//! [search.semantic]                      # optional: a local embedding model fused with
+//! model = "models/all-MiniLM-L6-v2"        # the lexical ranking (relative to this file)
+//!
 //! [sandbox]
 //! node = "/usr/bin/node"                   # else TOOLSEARCH_NODE, else node on PATH
 //! strict = false                           # a barrier the host refuses is fatal
@@ -360,6 +363,37 @@ impl Default for SandboxConfig {
     }
 }
 
+/// `[search]`: how search ranks beyond its lexical rules.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    /// A local sentence-embedding model whose ranking is fused with the lexical one; none
+    /// configured is lexical search alone.
+    #[serde(default)]
+    pub semantic: Option<SemanticConfig>,
+}
+
+/// `[search.semantic]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SemanticConfig {
+    /// A sentence-transformers folder (config.json, tokenizer.json, model.safetensors,
+    /// modules.json and its pooling config); relative to the config file.
+    pub model: PathBuf,
+    /// Put before every query, for models trained with one (e5: `"query: "`); default: the
+    /// folder's own `query` prompt, if it has one.
+    #[serde(default)]
+    pub query_prefix: Option<String>,
+    /// Put before every tool's text (e5: `"passage: "`); default: the folder's own
+    /// `document` or `passage` prompt, if it has one.
+    #[serde(default)]
+    pub document_prefix: Option<String>,
+    /// Keep tool embeddings on disk (`$XDG_CACHE_HOME/toolsearch/embeddings`), so a catalog
+    /// is embedded once, not in every process.
+    #[serde(default = "default_true")]
+    pub cache: bool,
+}
+
 /// `[[approvals]]`: calls to these tools need an approval.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -459,6 +493,8 @@ struct RawConfig {
     gateway: GatewayConfig,
     #[serde(default)]
     mcp: RawMcpConfig,
+    #[serde(default)]
+    search: SearchConfig,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -645,6 +681,8 @@ pub struct Config {
     pub provider: ProviderConfig,
     pub gateway: GatewayConfig,
     pub mcp: McpConfig,
+    /// `[search]`, the model path resolved against the config file's folder.
+    pub search: SearchConfig,
 }
 
 impl Default for Config {
@@ -671,6 +709,7 @@ impl Default for Config {
             provider: ProviderConfig::default(),
             gateway: GatewayConfig::default(),
             mcp: McpConfig::default(),
+            search: SearchConfig::default(),
         }
     }
 }
@@ -771,6 +810,17 @@ impl Config {
             }
         }
         let mcp = mcp_config(raw.mcp, base).map_err(bad)?;
+        let mut search = raw.search;
+        if let Some(semantic) = &mut search.semantic {
+            if semantic.model.as_os_str().is_empty() {
+                return Err(bad(
+                    "search.semantic.model: is empty; name a sentence-transformers folder".into(),
+                ));
+            }
+            if semantic.model.is_relative() {
+                semantic.model = base.join(&semantic.model);
+            }
+        }
         Ok(Config {
             file: Some(path.to_path_buf()),
             tools: ToolsConfig {
@@ -814,6 +864,7 @@ impl Config {
             provider: raw.provider,
             gateway: raw.gateway,
             mcp,
+            search,
         })
     }
 
@@ -1068,5 +1119,35 @@ enabled = false
             Some("twilio")
         );
         assert!(c.setting("voice.missing").is_none());
+    }
+
+    #[test]
+    fn semantic_search_takes_a_model_folder_relative_to_the_config() {
+        assert_eq!(parse("").unwrap().search.semantic, None);
+        let c = parse("[search.semantic]\nmodel = \"models/minilm\"\n").unwrap();
+        let s = c.search.semantic.unwrap();
+        assert_eq!(s.model, PathBuf::from("/etc/ts/models/minilm"));
+        assert!(s.cache);
+        assert_eq!(s.query_prefix, None);
+        let c =
+            parse("[search.semantic]\nmodel = \"/m\"\nquery_prefix = \"query: \"\ncache = false\n")
+                .unwrap();
+        let s = c.search.semantic.unwrap();
+        assert_eq!(s.model, PathBuf::from("/m"));
+        assert_eq!(s.query_prefix.as_deref(), Some("query: "));
+        assert!(!s.cache);
+        for (text, expect) in [
+            ("[search.semantic]\n", "model"),
+            (
+                "[search.semantic]\nmodel = \"\"\n",
+                "search.semantic.model: is empty",
+            ),
+            ("[search.semantic]\nmodel = \"m\"\nweight = 2\n", "weight"),
+            ("[search]\nsemantik = {}\n", "semantik"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.code(), "bad-config");
+            assert!(e.to_string().contains(expect), "{text}: {e}");
+        }
     }
 }

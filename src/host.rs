@@ -110,6 +110,11 @@ impl Host {
     }
 
     fn with_local(options: Options, config: Config, local: Local) -> Result<Host> {
+        // A configured embedding model that cannot load stops the host here, before any
+        // server starts, naming the file at fault.
+        if let Some(semantic) = &config.search.semantic {
+            crate::semantic::Model::shared(semantic)?;
+        }
         let hub = if config.mcp.servers.is_empty() {
             None
         } else {

@@ -321,7 +321,7 @@ fn run(cli: Cli) -> Result<Option<Output>, Error> {
             queries,
             k,
             ..
-        } => commands::eval(&catalog, &queries, &k)?,
+        } => commands::eval(options, &catalog, &queries, &k)?,
     };
     Ok(Some(out))
 }

@@ -2151,15 +2151,31 @@ mod eval {
     }
 
     #[test]
-    fn eval_ignores_the_agent_config() {
+    fn eval_reads_the_config_like_every_command() {
         let sb = Sandbox::new();
+        let run = |extra: &[&str]| {
+            let mut cmd = eval(
+                &sb,
+                &fixture("eval/catalog.jsonl"),
+                &fixture("eval/queries.jsonl"),
+                &["--json"],
+            );
+            cmd.args(extra);
+            cmd
+        };
+        let r = ok_json(&mut run(&[]));
+        assert_eq!(r["ranking"], "lexical", "{r}");
+        assert!(r.get("model").is_none(), "{r}");
+
+        let bad = sb.write("bad.toml", "[search]\nsemantik = {}\n");
+        let m = err_json(
+            &mut run(&["--config", bad.to_str().unwrap()]),
+            2,
+            "bad-config",
+        );
+        assert!(m.contains("semantik"), "{m}");
         sb.write("toolsearch.toml", "this is not toml [[[");
-        ok_json(&mut eval(
-            &sb,
-            &fixture("eval/catalog.jsonl"),
-            &fixture("eval/queries.jsonl"),
-            &["--json"],
-        ));
+        err_json(&mut run(&[]), 2, "bad-config");
     }
 
     #[test]

@@ -155,6 +155,8 @@ pub struct Catalog {
     index: std::sync::OnceLock<std::result::Result<SearchIndex, String>>,
     /// Where the index is kept between processes, for a catalog the store keeps.
     index_home: Option<store::IndexHome>,
+    /// The embedding model of `[search.semantic]`, when one is configured.
+    semantic: Option<std::sync::Arc<crate::semantic::Model>>,
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
@@ -192,7 +194,7 @@ impl Catalog {
             .chain(plan.direct_only)
             .map(Entry::new)
             .collect();
-        Ok(Catalog::assemble(
+        Catalog::assemble(
             entries,
             cataloged,
             Parts {
@@ -205,7 +207,7 @@ impl Catalog {
             facts.config,
             facts.sources_down.clone(),
             None,
-        ))
+        )
     }
 
     /// A catalog as [`store`] kept it, planned under this same `config`.
@@ -230,7 +232,7 @@ impl Catalog {
             return Err(Error::Index(format!("entry `{}` has another id", e.id)));
         }
         let policy = Policy::from_config(config, &toolsets)?;
-        Ok(Catalog::assemble(
+        Catalog::assemble(
             entries,
             cataloged,
             Parts {
@@ -243,7 +245,7 @@ impl Catalog {
             config,
             BTreeMap::new(),
             index_home,
-        ))
+        )
     }
 
     fn assemble(
@@ -253,7 +255,14 @@ impl Catalog {
         config: &Config,
         sources_down: BTreeMap<String, String>,
         index_home: Option<store::IndexHome>,
-    ) -> Self {
+    ) -> Result<Self> {
+        // The model of `[search.semantic]` (loaded once per process), for the index.
+        let semantic = config
+            .search
+            .semantic
+            .as_ref()
+            .map(crate::semantic::Model::shared)
+            .transpose()?;
         let mut by_id = HashMap::with_capacity(entries.len());
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -263,7 +272,7 @@ impl Catalog {
                 .or_default()
                 .push(i);
         }
-        Catalog {
+        Ok(Catalog {
             entries,
             cataloged,
             hidden: parts.hidden,
@@ -271,13 +280,14 @@ impl Catalog {
             filtered: parts.filtered,
             index: std::sync::OnceLock::new(),
             index_home,
+            semantic,
             by_id,
             by_name,
             settings: config.tools.tool_search.clone(),
             toolsets: parts.toolsets,
             policy: parts.policy,
             sources_down,
-        }
+        })
     }
 
     /// Sources whose tools are hidden because they cannot run now, with why.
@@ -534,20 +544,29 @@ impl Catalog {
     pub fn index(&self) -> Result<&SearchIndex> {
         self.index
             .get_or_init(|| {
-                let docs = || self.cataloged().iter().map(Entry::index_doc).collect();
-                let built = match &self.index_home {
+                let lexical = match &self.index_home {
                     Some(home) => home.index(
                         self.cataloged()
                             .iter()
                             .map(|e| (e.id.as_str(), e.descriptor.name.as_str())),
-                        docs,
+                        || self.index_docs(),
                     ),
-                    None => SearchIndex::build(&docs()),
+                    None => SearchIndex::build(&self.index_docs()),
+                };
+                let built = match &self.semantic {
+                    Some(model) => lexical
+                        .and_then(|index| index.with_dense(model.clone(), &self.index_docs())),
+                    None => lexical,
                 };
                 built.map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| Error::Index(e.clone()))
+    }
+
+    /// What the index is built from: the cataloged entries' text, in order.
+    fn index_docs(&self) -> Vec<IndexDoc> {
+        self.cataloged().iter().map(Entry::index_doc).collect()
     }
 
     /// Builds the index ahead of the first search, for hosts that outlive one command.

@@ -14,15 +14,22 @@
 //!   whole and sentence by sentence, and the rankings are interleaved, so that each part's
 //!   best tool reaches the top instead of the one tool that matches most words overall.
 //!
+//! With a model configured (`[search.semantic]`), each part's lexical ranking is fused
+//! with its semantic one ([`dense`], [`fusion`]) before the interleaving; the rules above
+//! hold as they are.
+//!
 //! This module owns ranking only. It knows nothing of policy (the catalog given to it is
 //! already filtered) and returns positions in the slice it was built from.
 
 pub mod analyze;
+pub mod dense;
+pub mod fusion;
 mod score;
 pub mod synonyms;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tantivy::indexer::NoMergePolicy;
@@ -34,6 +41,8 @@ use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{Index, IndexWriter, ReloadPolicy};
 
 use crate::error::{Error, Result};
+use crate::semantic::Model;
+use dense::Dense;
 use score::Scorer;
 use synonyms::Synonyms;
 
@@ -179,6 +188,8 @@ pub struct SearchIndex {
     len: usize,
     /// Term counts of the scored fields per document, kept to be written beside the index.
     lengths: Vec<[u32; 2]>,
+    /// The semantic half, when a model is configured.
+    dense: Option<Dense>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -349,6 +360,7 @@ impl SearchIndex {
             exact,
             len: keys.len(),
             lengths,
+            dense: None,
         })
     }
 
@@ -358,6 +370,25 @@ impl SearchIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The index made hybrid: `docs` (the documents it was built from, in order) embedded
+    /// with `model`, for fusion with the lexical ranking.
+    pub fn with_dense(mut self, model: Arc<Model>, docs: &[IndexDoc]) -> Result<Self> {
+        if docs.len() != self.len {
+            return Err(Error::Index(format!(
+                "{} documents to embed for an index of {}",
+                docs.len(),
+                self.len
+            )));
+        }
+        self.dense = Some(Dense::build(model, docs)?);
+        Ok(self)
+    }
+
+    /// The semantic half, when the index has one.
+    pub fn dense(&self) -> Option<&Dense> {
+        self.dense.as_ref()
     }
 
     /// The best `limit` entries for `query`, exact name or id matches first.
@@ -383,17 +414,13 @@ impl SearchIndex {
             return hits;
         }
         let wanted = limit + hits.len();
-        let segments = segments(query);
-        let ranked = if segments.len() < 2 {
-            self.ranked(query, wanted)
-        } else {
-            // Whole request first, then each sentence, one rank at a time.
-            let lists: Vec<Vec<(usize, f32)>> = std::iter::once(query)
-                .chain(segments)
-                .map(|q| self.ranked(q, wanted))
-                .collect();
-            interleave(&lists, wanted)
+        let parts = parts(query);
+        let lists: Vec<Vec<(usize, f32)>> = match &self.dense {
+            Some(dense) => fusion::rank_parts(self, dense, &parts, wanted),
+            None => parts.iter().map(|q| self.ranked(q, wanted)).collect(),
         };
+        // Whole request first, then each sentence, one rank at a time.
+        let ranked = interleave(&lists, wanted);
         for (ord, score) in ranked {
             if hits.len() == limit {
                 break;
@@ -409,13 +436,20 @@ impl SearchIndex {
         hits
     }
 
-    /// One scored query: the best `n` entries with their scores.
-    fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
+    /// The lexical ranking of one query (a whole request or one of its sentences): the
+    /// best `n` entries with their BM25 scores.
+    pub fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
         let terms = self.weighted_terms(query);
         if terms.is_empty() {
             return Vec::new();
         }
         self.scorer.top(&terms, NAME_BOOST, n)
+    }
+
+    /// Whether `query` has a word the analyzer keeps (not only stop words and symbols).
+    pub fn has_terms(&self, query: &str) -> bool {
+        let mut analyzer = self.analyzer.clone();
+        !analyze::terms(&mut analyzer, query).is_empty()
     }
 
     /// Typed terms at full weight, then synonyms not typed, at a reduced weight.
@@ -471,7 +505,7 @@ fn register_tokenizer(index: &Index) {
 }
 
 /// Merges rankings one rank at a time: every list's first, then every list's second...
-fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
+pub fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
     let mut out: Vec<(usize, f32)> = Vec::with_capacity(n);
     let depth = lists.iter().map(Vec::len).max().unwrap_or(0);
     for rank in 0..depth {
@@ -487,6 +521,16 @@ fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
         }
     }
     out
+}
+
+/// What a request is searched as: the whole, then each of its sentences when it has
+/// several.
+pub fn parts(query: &str) -> Vec<&str> {
+    let segments = segments(query);
+    if segments.len() < 2 {
+        return vec![query];
+    }
+    std::iter::once(query).chain(segments).collect()
 }
 
 /// The sentences of a request: split at `.`, `?`, `!` or `;` followed by a space. A
