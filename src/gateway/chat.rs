@@ -396,7 +396,7 @@ fn usage(outcome: &TurnOutcome) -> Value {
         json!({
             "prompt_tokens": u.input_tokens,
             "completion_tokens": u.output_tokens,
-            "total_tokens": u.input_tokens + u.output_tokens,
+            "total_tokens": u.total(),
         })
     })
 }

@@ -9,6 +9,7 @@ pub mod client;
 pub mod errors;
 mod forward;
 pub mod mock;
+pub mod redact;
 mod responses;
 pub mod server;
 mod sse;

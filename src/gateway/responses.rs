@@ -485,7 +485,7 @@ impl Answer {
                     "input_tokens_details": {"cached_tokens": 0},
                     "output_tokens": u.output_tokens,
                     "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": u.input_tokens + u.output_tokens,
+                    "total_tokens": u.total(),
                 });
             }
             body["toolsearch"] = json!({
