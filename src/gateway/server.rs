@@ -162,8 +162,12 @@ impl Gateway {
             .spares
             .set(self.sandbox.as_ref().and_then(|s| self.host.spares(s)));
         let stop = self.shutdown.clone();
-        let served = axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move { stop.cancelled().await })
+        let served =
+            crate::host::serve::serve(
+                listener,
+                self.router(),
+                async move { stop.cancelled().await },
+            )
             .await;
         // No spare child outlives the server.
         if let Some(Some(pool)) = self.spares.get() {
