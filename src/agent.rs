@@ -13,7 +13,16 @@
 //! The answer is the text of every round, joined by a blank line; a client that streams
 //! gets it as the provider sends it ([`TextStream`]). The client's options
 //! ([`RequestOptions`]) go to the model each round, its tool choice mapped onto the surface
-//! ([`Agent::tool_choice`]).
+//! ([`Agent::tool_choice`]); a model that calls tools under `tool_choice: none` has its
+//! calls dropped, and one that makes several under `parallel_tool_calls: false` keeps the
+//! first (each drop is logged).
+//!
+//! What a model's answers make the host do is bounded: a batch runs at most
+//! [`MAX_PARALLEL_CALLS`] calls at once, and a host that shares its slots
+//! ([`Agent::with_call_slots`]) at most that many across all its turns; a call that has not
+//! started when the turn is aborted never starts. The conversation a turn sends is bounded
+//! at [`MAX_CONVERSATION_BYTES`] ([`conversation_bytes`]): a model whose answers and tool
+//! results grow it past that fails the turn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +32,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{BatchQuery, ExecutionMode};
+use crate::catalog::{BatchQuery, Catalog, ExecutionMode};
 use crate::config::Mode;
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
@@ -38,8 +47,15 @@ pub use model::{
     TextStream,
 };
 
+/// Calls of one batch that run at once (as many as one sandbox run may have in flight).
+pub const MAX_PARALLEL_CALLS: usize = 16;
+
+/// The largest conversation a turn sends to the model, in [`conversation_bytes`]: a
+/// context window of a million tokens is about 4 MB of text.
+pub const MAX_CONVERSATION_BYTES: usize = 16 * 1024 * 1024;
+
 /// One message of the conversation, provider-neutral.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     User {
@@ -55,6 +71,54 @@ pub enum Message {
         content: String,
         is_error: bool,
     },
+}
+
+impl Message {
+    /// The bytes of text this message holds: what a conversation's size is measured in
+    /// (the request body that carries it, and the memory it takes, grow with it).
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            Message::User { content } => content.len(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.id.len() + c.name.len() + json_len(&c.arguments))
+                        .sum::<usize>()
+            }
+            Message::Tool {
+                call_id,
+                name,
+                content,
+                ..
+            } => call_id.len() + name.len() + content.len(),
+        }
+    }
+}
+
+/// The text bytes of a conversation ([`Message::text_bytes`] summed).
+pub fn conversation_bytes(messages: &[Message]) -> usize {
+    messages.iter().map(Message::text_bytes).sum()
+}
+
+/// The length of a value's compact JSON, without building the text.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// What a turn is run with besides the conversation.
@@ -133,6 +197,9 @@ pub struct TurnOutcome {
 /// Runs turns for one session against one surface.
 pub struct Agent {
     dispatcher: Arc<Dispatcher>,
+    /// The catalog the surface was built from, when it is not the dispatcher's (a
+    /// gateway request's, with the client's tools): calls are routed by it.
+    catalog: Option<Arc<Catalog>>,
     surface: Surface,
     /// Declared catalog tool name -> id (the first entry of that name, as the surface
     /// declared it).
@@ -145,6 +212,8 @@ pub struct Agent {
     turn: std::sync::atomic::AtomicU64,
     /// Client tool calls go back to the client (the gateway) instead of to an executor.
     client_passthrough: bool,
+    /// Calls the whole host may run at once, shared by its agents.
+    host_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// The result of one tool call, as the model will read it.
@@ -209,23 +278,10 @@ impl Agent {
         code_timeout: Duration,
         max_rounds: usize,
     ) -> Self {
-        let catalog = dispatcher.catalog();
-        let mut declared = HashMap::new();
-        for t in &surface.tools {
-            if surface::is_control(&t.name) {
-                continue;
-            }
-            if let Some(e) = catalog
-                .cataloged()
-                .iter()
-                .chain(catalog.direct_only())
-                .find(|e| e.descriptor.name == t.name)
-            {
-                declared.insert(t.name.clone(), e.id.clone());
-            }
-        }
+        let declared = declared(&dispatcher.catalog(), &surface);
         Agent {
             dispatcher,
+            catalog: None,
             surface,
             declared,
             sandbox,
@@ -234,6 +290,37 @@ impl Agent {
             turn: std::sync::atomic::AtomicU64::new(0),
             client_passthrough: false,
             spares: None,
+            host_slots: None,
+        }
+    }
+
+    /// Routes calls by `catalog`, the one the surface was built from, while the dispatcher
+    /// (the session's: its log, its hooks) runs them against its own.
+    pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Self {
+        self.declared = declared(&catalog, &self.surface);
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// Takes a slot of `slots` for each call it runs, so the host's turns together run at
+    /// most as many calls at once as it has slots.
+    pub fn with_call_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
+        self.host_slots = Some(slots);
+        self
+    }
+
+    /// Numbers its turns after the `n` the session has run before (run ids and the calls
+    /// made from them stay unique in the session's log).
+    pub fn with_turns_before(mut self, n: u64) -> Self {
+        self.turn = std::sync::atomic::AtomicU64::new(n);
+        self
+    }
+
+    /// The catalog calls are routed by.
+    fn routing_catalog(&self) -> Arc<Catalog> {
+        match &self.catalog {
+            Some(c) => Arc::clone(c),
+            None => self.dispatcher.catalog(),
         }
     }
 
@@ -316,6 +403,12 @@ impl Agent {
             if abort.is_cancelled() {
                 return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
             }
+            let size = conversation_bytes(&messages);
+            if size > MAX_CONVERSATION_BYTES {
+                return Err(TurnError::Provider(ModelError::from(format!(
+                    "the conversation grew to {size} bytes in round {round} (the model's answers and its tools' results), over the {MAX_CONVERSATION_BYTES} a turn may send"
+                ))));
+            }
             if let Some(out) = &text_out
                 && !answer.is_empty()
             {
@@ -328,12 +421,14 @@ impl Agent {
                 options: Arc::clone(if round == 1 { &first } else { &later }),
                 text: text_out.clone(),
             };
-            let reply = tokio::select! {
+            let mut reply = tokio::select! {
                 r = model.respond(&request) => r.map_err(TurnError::Provider)?,
                 _ = abort.cancelled() => {
                     return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
                 }
             };
+            drop(request);
+            self.hold_to_choice(&mut reply, &options.options, round);
             if let Some(u) = reply.usage {
                 usage.get_or_insert_default().add(u);
             }
@@ -409,6 +504,26 @@ impl Agent {
         Err(TurnError::RoundLimit(self.max_rounds))
     }
 
+    /// The reply's calls as the client's options allow them: none under `tool_choice:
+    /// none`, the first alone under `parallel_tool_calls: false`. A model that disobeys
+    /// has the rest dropped before anything runs, and the drop logged.
+    fn hold_to_choice(&self, reply: &mut ModelReply, options: &RequestOptions, round: usize) {
+        let keep = if options.tool_choice == Some(ToolChoice::None) {
+            0
+        } else if options.parallel_tool_calls == Some(false) {
+            1
+        } else {
+            return;
+        };
+        if reply.tool_calls.len() > keep {
+            let dropped: Vec<String> = reply.tool_calls.drain(keep..).map(|c| c.name).collect();
+            self.dispatcher.log().event(
+                "calls_dropped",
+                json!({"round": round, "dropped": dropped, "why": if keep == 0 { "tool_choice: none" } else { "parallel_tool_calls: false" }}),
+            );
+        }
+    }
+
     fn finish(
         &self,
         text: String,
@@ -454,19 +569,28 @@ impl Agent {
             let mut out = Vec::with_capacity(calls.len());
             for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
                 out.push(
-                    self.run_one(c, route, &format!("{batch_id}-{i}"), abort.clone())
+                    self.run_in_slot(c, route, &format!("{batch_id}-{i}"), abort.clone(), None)
                         .await,
                 );
             }
             return out;
         }
+        let batch = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_CALLS));
         let mut set = tokio::task::JoinSet::new();
         for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
             let agent = Arc::clone(self);
             let call = c.clone();
             let id = format!("{batch_id}-{i}");
             let abort = abort.clone();
-            set.spawn(async move { (i, agent.run_one(&call, route, &id, abort).await) });
+            let batch = Arc::clone(&batch);
+            set.spawn(async move {
+                (
+                    i,
+                    agent
+                        .run_in_slot(&call, route, &id, abort, Some(batch))
+                        .await,
+                )
+            });
         }
         let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
         while let Some(done) = set.join_next().await {
@@ -479,6 +603,41 @@ impl Agent {
             .collect()
     }
 
+    /// Runs one call once a slot of its batch and one of the host are free; a call still
+    /// waiting when the turn is aborted never runs. Client calls handed back take none.
+    async fn run_in_slot(
+        &self,
+        call: &ToolCall,
+        route: Route,
+        run_id: &str,
+        abort: CancellationToken,
+        batch: Option<Arc<tokio::sync::Semaphore>>,
+    ) -> Outcome {
+        if matches!(route, Route::Tool { client: true, .. }) && self.client_passthrough {
+            return self.run_one(call, route, run_id, abort).await;
+        }
+        let slots = async {
+            let batch = match batch {
+                Some(b) => Some(b.acquire_owned().await.ok()?),
+                None => None,
+            };
+            let host = match &self.host_slots {
+                Some(h) => Some(Arc::clone(h).acquire_owned().await.ok()?),
+                None => None,
+            };
+            Some((batch, host))
+        };
+        let held = tokio::select! {
+            biased;
+            _ = abort.cancelled() => None,
+            held = slots => held,
+        };
+        match held {
+            Some(_held) if !abort.is_cancelled() => self.run_one(call, route, run_id, abort).await,
+            _ => Outcome::error("the turn was aborted before this call ran".into()),
+        }
+    }
+
     fn route(&self, name: &str) -> Route {
         if let Some(i) = self
             .surface
@@ -488,7 +647,7 @@ impl Agent {
         {
             return Route::Control(i);
         }
-        let catalog = self.dispatcher.catalog();
+        let catalog = self.routing_catalog();
         let (id, caller) = if let Some(id) = self.declared.get(name) {
             let caller = if self.surface.mode == Mode::Direct {
                 "direct"
@@ -642,6 +801,27 @@ impl Agent {
             Err(e) => Outcome::error(e.to_string()),
         }
     }
+}
+
+/// Each catalog tool the surface declares, by name: the first entry of that name, as the
+/// surface declared it. One pass over the catalog, one lookup per declared tool.
+fn declared(catalog: &Catalog, surface: &Surface) -> HashMap<String, String> {
+    let mut first: HashMap<&str, &str> = HashMap::new();
+    for e in catalog.cataloged().iter().chain(catalog.direct_only()) {
+        first
+            .entry(e.descriptor.name.as_str())
+            .or_insert(e.id.as_str());
+    }
+    surface
+        .tools
+        .iter()
+        .filter(|t| !surface::is_control(&t.name))
+        .filter_map(|t| {
+            first
+                .get(t.name.as_str())
+                .map(|id| (t.name.clone(), id.to_string()))
+        })
+        .collect()
 }
 
 /// A control tool's string argument; its declared schema was checked already, so a missing

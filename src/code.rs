@@ -167,7 +167,8 @@ pub async fn run(
 }
 
 /// Runs `code` once a run slot of the sandbox is free (so a flood of calls waits instead
-/// of starting children), on a child from `from`; `cancel` ends the run (`cancelled`).
+/// of starting children), on a child from `from`; `cancel` ends the run (`cancelled`), and
+/// a run cancelled while it waits for its slot never takes a child.
 pub async fn run_with(
     sandbox: &Sandbox,
     from: ChildFrom<'_>,
@@ -185,8 +186,18 @@ pub async fn run_with(
     dispatcher
         .log()
         .event("code", json!({"run_id": parent_id, "bytes": code.len()}));
-    let outcome = match sandbox.slot(timeout).await {
+    let not_started = || SandboxError {
+        code: "cancelled",
+        message: "the run was cancelled by its caller before it started".into(),
+    };
+    let slot = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(not_started()),
+        slot = sandbox.slot(timeout) => slot,
+    };
+    let outcome = match slot {
         Err(e) => RunReport::failed(e),
+        Ok(_) if cancel.is_cancelled() => RunReport::failed(not_started()),
         Ok(_slot) => {
             let child = match from {
                 ChildFrom::Ready(child) => Ok(*child),

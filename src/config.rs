@@ -231,7 +231,8 @@ fn yes() -> bool {
     true
 }
 
-/// `[gateway]`: the responses the gateway keeps for `previous_response_id`.
+/// `[gateway]`: what the gateway keeps for its clients: responses for
+/// `previous_response_id`, and named sessions.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -241,6 +242,12 @@ pub struct GatewayConfig {
     /// How long a response is kept, in seconds.
     #[serde(default = "default_stored_ttl_s")]
     pub stored_ttl_s: u64,
+    /// Named sessions kept at most; the least recently used go first.
+    #[serde(default = "default_sessions")]
+    pub sessions: usize,
+    /// How long an unused session is kept, in seconds.
+    #[serde(default = "default_stored_ttl_s")]
+    pub session_ttl_s: u64,
 }
 
 fn default_stored_responses() -> usize {
@@ -249,12 +256,17 @@ fn default_stored_responses() -> usize {
 fn default_stored_ttl_s() -> u64 {
     3600
 }
+fn default_sessions() -> usize {
+    1000
+}
 
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             stored_responses: default_stored_responses(),
             stored_ttl_s: default_stored_ttl_s(),
+            sessions: default_sessions(),
+            session_ttl_s: default_stored_ttl_s(),
         }
     }
 }

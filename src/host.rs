@@ -10,6 +10,8 @@
 //!
 //! Above it sit only the fronts: `main.rs`, [`crate::gateway`] and [`crate::mcp_serve`].
 
+pub mod serve;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

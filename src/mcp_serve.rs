@@ -224,13 +224,12 @@ impl McpHost {
         );
         let app = axum::Router::new().route_service("/mcp", service);
         let stopping = stop.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                stopping.cancel();
-            })
-            .await
-            .map_err(|e| Error::Serve(e.to_string()))
+        crate::host::serve::serve(listener, app, async move {
+            shutdown.await;
+            stopping.cancel();
+        })
+        .await
+        .map_err(|e| Error::Serve(e.to_string()))
     }
 }
 

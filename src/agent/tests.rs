@@ -76,11 +76,13 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
 struct Gauge {
     active: AtomicUsize,
     max: AtomicUsize,
+    runs: AtomicUsize,
 }
 
 impl Executor for Gauge {
     fn run<'a>(&'a self, call: ExecCall<'a>) -> ExecFuture<'a> {
         Box::pin(async move {
+            self.runs.fetch_add(1, Ordering::SeqCst);
             let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
             self.max.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(30)).await;
@@ -137,6 +139,14 @@ fn agent(mode: Mode) -> (Arc<Agent>, Arc<Gauge>) {
 }
 
 fn agent_with(mode: Mode, code_available: Result<(), String>) -> (Arc<Agent>, Arc<Gauge>) {
+    agent_made(mode, code_available, |a| a)
+}
+
+fn agent_made(
+    mode: Mode,
+    code_available: Result<(), String>,
+    with: impl FnOnce(Agent) -> Agent,
+) -> (Arc<Agent>, Arc<Gauge>) {
     let config = Config::from_toml_str(
         "[[approvals]]\ntools = [\"delete_all\"]\n",
         "t.toml".as_ref(),
@@ -200,7 +210,13 @@ fn agent_with(mode: Mode, code_available: Result<(), String>) -> (Arc<Agent>, Ar
     };
     let s = surface::build(&catalog, &options).unwrap();
     (
-        Arc::new(Agent::new(dispatcher, s, None, Duration::from_secs(10), 4)),
+        Arc::new(with(Agent::new(
+            dispatcher,
+            s,
+            None,
+            Duration::from_secs(10),
+            4,
+        ))),
         gauge,
     )
 }
@@ -548,4 +564,122 @@ async fn a_forced_tool_choice_holds_for_the_first_round_only_and_maps_onto_the_s
     let seen = script.seen.lock().unwrap();
     assert_eq!(seen[0].options.tool_choice, Some(forced));
     assert_eq!(seen[1].options.tool_choice, Some(ToolChoice::Auto));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_at_most_its_bound_at_once_and_a_host_at_most_its_slots() {
+    let (a, gauge) = agent(Mode::Direct);
+    let many: Vec<(&str, Value)> = (0..40).map(|_| ("slow", json!({}))).collect();
+    let o = turn(&a, &Script::new(vec![calls(&many)])).await.unwrap();
+    assert_eq!(tool_messages(&o).len(), 40, "every call ran");
+    let max = gauge.max.load(Ordering::SeqCst);
+    assert!(max <= MAX_PARALLEL_CALLS, "{max} calls at once");
+
+    // Two turns at once on a host of three slots.
+    let slots = Arc::new(tokio::sync::Semaphore::new(3));
+    let (a, gauge) = agent_made(Mode::Direct, Err("no".into()), |a| {
+        a.with_call_slots(Arc::clone(&slots))
+    });
+    let (one, two) = (
+        Script::new(vec![calls(&many[..10])]),
+        Script::new(vec![calls(&many[..10])]),
+    );
+    let (x, y) = tokio::join!(turn(&a, &one), turn(&a, &two));
+    assert_eq!(
+        tool_messages(&x.unwrap()).len() + tool_messages(&y.unwrap()).len(),
+        20
+    );
+    let max = gauge.max.load(Ordering::SeqCst);
+    assert!(max <= 3, "{max} calls at once on three slots");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_still_waiting_when_the_turn_is_aborted_never_runs() {
+    let slots = Arc::new(tokio::sync::Semaphore::new(1));
+    let (a, gauge) = agent_made(Mode::Direct, Err("no".into()), |a| {
+        a.with_call_slots(Arc::clone(&slots))
+    });
+    let abort = CancellationToken::new();
+    let stop = abort.clone();
+    let watch = Arc::clone(&gauge);
+    tokio::spawn(async move {
+        while watch.active.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        stop.cancel();
+    });
+    let script = Script::new(vec![calls(&[("slow", json!({})), ("slow", json!({}))])]);
+    let o = a
+        .run_turn(&script, "s", user("x"), TurnOptions::default(), abort)
+        .await
+        .unwrap();
+    assert_eq!(o.stop, Stop::Aborted);
+    assert_eq!(
+        gauge.runs.load(Ordering::SeqCst),
+        1,
+        "the second call never started"
+    );
+}
+
+#[tokio::test]
+async fn calls_the_client_ruled_out_are_dropped_before_they_run() {
+    let two = calls(&[
+        ("create_issue", json!({"title": "a"})),
+        ("create_issue", json!({"title": "b"})),
+    ]);
+    let none = RequestOptions {
+        tool_choice: Some(ToolChoice::None),
+        ..RequestOptions::default()
+    };
+    let one_at_a_time = RequestOptions {
+        parallel_tool_calls: Some(false),
+        ..RequestOptions::default()
+    };
+    for (options, ran) in [(none, 0), (one_at_a_time, 1)] {
+        let (a, _) = agent(Mode::Direct);
+        let o = a
+            .run_turn(
+                &Script::new(vec![two.clone()]),
+                "s",
+                user("x"),
+                TurnOptions {
+                    options,
+                    text: None,
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(tool_messages(&o).len(), ran);
+        // The conversation holds only the calls that ran: each has its result.
+        let asked: usize = o
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::Assistant { tool_calls, .. } => tool_calls.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(asked, ran);
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_grown_past_the_bound_fails_the_turn() {
+    let (a, _) = agent(Mode::Direct);
+    let mut big = calls(&[("create_issue", json!({"title": "x"}))]);
+    big.text = "z".repeat(MAX_CONVERSATION_BYTES);
+    let e = turn(&a, &Script::new(vec![big])).await.unwrap_err();
+    assert!(e.to_string().contains("conversation grew"), "{e}");
+    assert_eq!(
+        conversation_bytes(&[Message::Assistant {
+            content: "ab".into(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "f".into(),
+                arguments: json!({"x": 1}),
+            }],
+        }]),
+        2 + 1 + 1 + r#"{"x":1}"#.len()
+    );
 }

@@ -3,9 +3,11 @@
 //! Chat is stateless: `messages` is the whole conversation (`system` and `developer`
 //! messages are the system prompt; the client's tool calls and their `tool` results are
 //! in it). `metadata.session_key` names the session whose dispatcher and log the turn
-//! uses; its history is not prepended. The request's `tools` are client tools as in the
-//! Responses front; the legacy `functions` / `function_call` are read as tools and a tool
-//! choice, and answered in the legacy `function_call` shape.
+//! uses; its history is neither read nor written. The request's `tools` are client tools
+//! as in the Responses front; the legacy `functions` / `function_call` are read as tools
+//! and a tool choice, and answered in the legacy `function_call` shape, which holds one
+//! call: so a legacy request asks the model for one call at a time
+//! (`parallel_tool_calls: false`, which the agent holds the model to).
 //!
 //! The answer is one choice: the text, and a tool call per call of a client tool
 //! (`finish_reason: "tool_calls"`). Streamed, it is `chat.completion.chunk`s: the role,
@@ -153,7 +155,10 @@ async fn create_inner(
             .flatten()
             .map(|f| json!({"type": "function", "function": f})),
     );
-    let options = options_of(&request, metadata)?;
+    let mut options = options_of(&request, metadata)?;
+    if legacy {
+        options.parallel_tool_calls = Some(false);
+    }
     let completion = Completion {
         id: random_id("chatcmpl-"),
         created: std::time::SystemTime::now()
@@ -178,6 +183,7 @@ async fn create_inner(
         input,
         client_tools: tools,
         options,
+        remember: false,
     };
     if request.stream != Some(true) {
         let Running { turn, cancel, .. } = gw.start(turn, None).await?;
@@ -240,9 +246,11 @@ fn options_of(
 fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError> {
     let mut messages = Vec::with_capacity(list.len());
     let mut system = Vec::new();
-    // Legacy `function` results name their function, not a call: the open call of that
+    // Legacy `function` results name their function, not a call: the latest call of that
     // name is theirs.
     let mut legacy_calls = 0usize;
+    let mut call_by_name: std::collections::HashMap<String, String> =
+        std::collections::HashMap::new();
     for (i, m) in list.iter().enumerate() {
         let at = format!("messages[{i}]");
         let bad = |s: String| ApiError::bad_request(format!("{at}: {s}")).param("messages");
@@ -289,6 +297,9 @@ fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError
                         .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
                     });
                 }
+                for c in &calls {
+                    call_by_name.insert(c.name.clone(), c.id.clone());
+                }
                 messages.push(Message::Assistant {
                     content: content()?,
                     tool_calls: calls,
@@ -307,13 +318,7 @@ fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError
             }
             "function" => {
                 let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
-                let call_id = messages.iter().rev().find_map(|prev| match prev {
-                    Message::Assistant { tool_calls, .. } => tool_calls
-                        .iter()
-                        .find(|c| c.name == name)
-                        .map(|c| c.id.clone()),
-                    _ => None,
-                });
+                let call_id = call_by_name.get(name).cloned();
                 messages.push(Message::Tool {
                     call_id: call_id.unwrap_or_default(),
                     name: name.to_string(),
@@ -396,7 +401,7 @@ fn usage(outcome: &TurnOutcome) -> Value {
         json!({
             "prompt_tokens": u.input_tokens,
             "completion_tokens": u.output_tokens,
-            "total_tokens": u.input_tokens + u.output_tokens,
+            "total_tokens": u.total(),
         })
     })
 }

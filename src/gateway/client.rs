@@ -13,9 +13,16 @@
 //!
 //! The API key is read from the variable `provider.api_key_env` names, sent as a bearer
 //! token (`x-api-key` for Anthropic), and never written to logs, errors or session files:
-//! a provider's error text that repeats it gets it replaced. A failed answer keeps the
+//! every error leaves through [`Redactor::error`], which takes out the key and the base
+//! URL's userinfo and query in every form it can find, and messages name the provider's
+//! URL without them. Redirects are not followed: a provider that answers one would get
+//! the key and the conversation sent to wherever it points. A failed answer keeps the
 //! provider's status, error type and code and `Retry-After` ([`ModelError`]) so the gateway
 //! can give its client the same.
+//!
+//! Everything read from the provider is bounded before it is kept: an answer, whole or
+//! streamed, at [`MAX_ANSWER_BYTES`] counted as the bytes arrive (an endless line
+//! included), and each JSON document in it at [`bounded::MAX_JSON_VALUES`] values.
 
 use std::time::Duration;
 
@@ -23,14 +30,15 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 
+use super::redact::{Redactor, shown_url};
 use crate::agent::{
     Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
-    StreamAssembler, StreamUsage, event_values, reply_text, stream_text, tool_calls, usage,
+    StreamAssembler, StreamText, StreamUsage, event_values, reply_text, tool_calls, usage,
 };
-use crate::provider::{Item, Provider, Request, WireNames, options, payload};
+use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payload};
 
 /// The largest answer read from a provider, whole or streamed.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
@@ -50,6 +58,8 @@ pub struct HttpModel {
     stream: bool,
     retries: u32,
     http: reqwest::Client,
+    /// Takes the key and the URL's secrets out of every error.
+    redactor: Redactor,
 }
 
 impl HttpModel {
@@ -76,8 +86,12 @@ impl HttpModel {
         };
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.timeout_ms))
+            // A redirect would carry the key (Anthropic's header survives reqwest's
+            // cross-origin rule) and the conversation wherever the provider points.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let redactor = Redactor::new(api_key.as_deref(), &config.base_url);
         Ok(HttpModel {
             provider,
             base_url: config.base_url.trim_end_matches('/').to_string(),
@@ -86,6 +100,7 @@ impl HttpModel {
             stream: config.stream,
             retries: config.max_retries,
             http,
+            redactor,
         })
     }
 
@@ -99,7 +114,7 @@ impl HttpModel {
             Provider::Anthropic => "messages",
             _ => "responses",
         };
-        format!("{}/{path}", self.base_url)
+        join(&self.base_url, path)
     }
 
     /// A request with the provider's authentication (and Anthropic's version header).
@@ -155,6 +170,7 @@ impl HttpModel {
     async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
         let name = self.provider.as_str();
         let url = self.url();
+        let shown = shown_url(&url);
         let mut attempt = 0;
         loop {
             let response = match self
@@ -176,7 +192,7 @@ impl HttpModel {
                         "failed"
                     };
                     return Err(ModelError::from(format!(
-                        "{name} at {url}: the request {what}: {}",
+                        "{name} at {shown}: the request {what}: {}",
                         without_url(&e)
                     )));
                 }
@@ -191,7 +207,7 @@ impl HttpModel {
                 tokio::time::sleep(backoff(attempt, retry_after)).await;
                 continue;
             }
-            return Err(self.error_of(response, &url).await);
+            return Err(self.error_of(response, &shown).await);
         }
     }
 
@@ -201,7 +217,21 @@ impl HttpModel {
     async fn error_of(&self, response: reqwest::Response, url: &str) -> ModelError {
         let status = response.status();
         let retry_after = header(&response, "retry-after");
-        let text = read_bounded(response, 64 * 1024).await.unwrap_or_default();
+        if status.is_redirection() {
+            return ModelError {
+                message: format!(
+                    "{} at {url} answered {status}, a redirect; redirects are not followed (they would take the key and the conversation elsewhere): set [provider] base_url to the address that answers",
+                    self.provider.as_str()
+                ),
+                status: Some(status.as_u16()),
+                ..ModelError::default()
+            };
+        }
+        // Redacted before anything is cut from it, so no cut leaves a piece of a secret
+        // that the whole-form search would miss.
+        let text = self
+            .redactor
+            .text(&read_bounded(response, 64 * 1024).await.unwrap_or_default());
         let error = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|v| v.get("error").cloned());
@@ -210,17 +240,17 @@ impl HttpModel {
                 .as_ref()
                 .and_then(|e| e.get(key))
                 .and_then(Value::as_str)
-                .map(|s| self.scrub(s))
+                .map(str::to_string)
         };
         let said = match (field("message"), &error) {
             (Some(message), _) => message,
-            (None, Some(Value::String(s))) => self.scrub(s),
+            (None, Some(Value::String(s))) => s.clone(),
             _ => {
                 let mut snippet: String = text.chars().take(ERROR_SNIPPET_CHARS).collect();
                 if text.chars().count() > ERROR_SNIPPET_CHARS {
                     snippet.push('…');
                 }
-                self.scrub(&snippet)
+                snippet
             }
         };
         ModelError {
@@ -235,14 +265,6 @@ impl HttpModel {
         }
     }
 
-    /// `text` with the API key, should a provider repeat it, replaced.
-    fn scrub(&self, text: &str) -> String {
-        match &self.api_key {
-            Some(key) if key.len() >= 4 => text.replace(key.as_str(), "[api key]"),
-            _ => text.to_string(),
-        }
-    }
-
     fn garbage(&self, why: impl std::fmt::Display) -> ModelError {
         ModelError::from(format!(
             "{} answered something that is not a response: {why}",
@@ -252,7 +274,7 @@ impl HttpModel {
 
     /// A whole (non-streamed) answer: its tool calls, text and usage.
     fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
-        let v: Value = serde_json::from_str(text).map_err(|e| self.garbage(e))?;
+        let v: Value = bounded::parse(text).map_err(|e| self.garbage(e))?;
         let calls = tool_calls(self.provider, &v).map_err(|e| self.garbage(e))?;
         Ok(Answer {
             calls,
@@ -269,15 +291,29 @@ impl HttpModel {
         request: &ModelRequest,
     ) -> Result<Answer, ModelError> {
         let name = self.provider.as_str();
-        // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature.
-        let chunks = futures::stream::try_unfold(response, |mut r| async move {
-            Ok::<_, reqwest::Error>(r.chunk().await?.map(|chunk| (chunk, r)))
+        // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature. Bytes
+        // are counted as they arrive, before the SSE parser buffers any: a line that
+        // never ends is cut off at the bound like any other answer.
+        let chunks = futures::stream::try_unfold((response, 0usize), |(mut r, read)| async move {
+            let Some(chunk) = r
+                .chunk()
+                .await
+                .map_err(|e| std::io::Error::other(without_url(&e)))?
+            else {
+                return Ok(None);
+            };
+            let read = read + chunk.len();
+            if read > MAX_ANSWER_BYTES {
+                return Err(std::io::Error::other(format!(
+                    "the stream is larger than {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+            Ok(Some((chunk, (r, read))))
         });
-        let mut read = 0usize;
         // One chunk per line: sse-stream answers a line that is not SSE with an error and
         // drops the rest of its chunk, so a stray line costs only itself.
         let lines = chunks.flat_map(|chunk| {
-            let pieces: Vec<Result<bytes::Bytes, reqwest::Error>> = match chunk {
+            let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = match chunk {
                 Ok(bytes) => split_lines(bytes).into_iter().map(Ok).collect(),
                 Err(e) => vec![Err(e)],
             };
@@ -285,7 +321,7 @@ impl HttpModel {
         });
         let mut events = std::pin::pin!(SseStream::from_bytes_stream(lines));
         let mut assembler = StreamAssembler::new(self.provider);
-        let mut text = String::new();
+        let mut text = StreamText::default();
         let mut counted = StreamUsage::default();
         let mut any = false;
         while let Some(event) = events.next().await {
@@ -299,21 +335,16 @@ impl HttpModel {
                 Err(_) => continue,
             };
             let Some(data) = event.data else { continue };
-            read += data.len();
-            if read > MAX_ANSWER_BYTES {
-                return Err(self.garbage(format!(
-                    "the stream is larger than {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
+            bounded::check(data.as_bytes(), bounded::MAX_JSON_VALUES)
+                .map_err(|e| self.garbage(format!("a stream event: {e}")))?;
             for value in event_values(&data) {
                 any = true;
                 assembler.push(&value).map_err(|e| self.stream_error(e))?;
                 counted.observe(self.provider, &value);
-                if let Some(piece) = stream_text(self.provider, &value) {
-                    text.push_str(&piece);
-                    if let Some(out) = &request.text {
-                        out.send(&piece).await;
-                    }
+                if let Some(piece) = text.push(self.provider, &value)
+                    && let Some(out) = &request.text
+                {
+                    out.send(&piece).await;
                 }
             }
         }
@@ -321,6 +352,10 @@ impl HttpModel {
             return Err(self.garbage("no server-sent events"));
         }
         let calls = assembler.finish().map_err(|e| self.garbage(e))?;
+        let (text, late) = text.finish();
+        if let (Some(late), Some(out)) = (late, &request.text) {
+            out.send(&late).await;
+        }
         Ok(Answer {
             calls,
             text,
@@ -332,9 +367,8 @@ impl HttpModel {
     fn stream_error(&self, e: crate::provider::ProviderError) -> ModelError {
         match e {
             crate::provider::ProviderError::Upstream(message) => ModelError::from(format!(
-                "{} reported an error in its stream: {}",
+                "{} reported an error in its stream: {message}",
                 self.provider.as_str(),
-                self.scrub(&message)
             )),
             other => self.garbage(other),
         }
@@ -342,19 +376,20 @@ impl HttpModel {
 
     /// `GET {base_url}/models`, as OpenAI's list entries.
     async fn list_models(&self) -> Result<Vec<Value>, ModelError> {
-        let url = format!("{}/models", self.base_url);
+        let url = join(&self.base_url, "models");
+        let shown = shown_url(&url);
         let response = self
             .request(reqwest::Method::GET, &url)
             .send()
             .await
-            .map_err(|e| ModelError::from(format!("{url}: {}", without_url(&e))))?;
+            .map_err(|e| ModelError::from(format!("{shown}: {}", without_url(&e))))?;
         if !response.status().is_success() {
-            return Err(self.error_of(response, &url).await);
+            return Err(self.error_of(response, &shown).await);
         }
         let text = read_bounded(response, MAX_ANSWER_BYTES)
             .await
-            .map_err(|e| ModelError::from(format!("{url}: {e}")))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| self.garbage(e))?;
+            .map_err(|e| ModelError::from(format!("{shown}: {e}")))?;
+        let v: Value = bounded::parse(&text).map_err(|e| self.garbage(e))?;
         let owner = match self.provider {
             Provider::Anthropic => "anthropic",
             _ => "upstream",
@@ -376,9 +411,9 @@ impl HttpModel {
     }
 }
 
-impl Model for HttpModel {
-    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a> {
-        Box::pin(async move {
+impl HttpModel {
+    async fn answer(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
+        {
             let body = self.body(request);
             let response = self.send(&body).await?;
             let streamed = self.streams(request);
@@ -391,7 +426,7 @@ impl Model for HttpModel {
                         ModelError::from(format!(
                             "{} at {}: reading the answer failed: {e}",
                             self.provider.as_str(),
-                            self.url()
+                            shown_url(&self.url())
                         ))
                     })?;
                 self.parse_whole(&text)?
@@ -407,11 +442,23 @@ impl Model for HttpModel {
                 streamed: streamed && request.text.is_some(),
                 usage: answer.usage,
             })
+        }
+    }
+}
+
+/// Every error leaves through the redactor: the one place a secret is taken out, so no
+/// path can forget it.
+impl Model for HttpModel {
+    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a> {
+        Box::pin(async move {
+            self.answer(request)
+                .await
+                .map_err(|e| self.redactor.error(e))
         })
     }
 
     fn models(&self) -> ModelsFuture<'_> {
-        Box::pin(self.list_models())
+        Box::pin(async move { self.list_models().await.map_err(|e| self.redactor.error(e)) })
     }
 }
 
@@ -465,6 +512,15 @@ async fn read_bounded(mut response: reqwest::Response, max: usize) -> Result<Str
         body.extend_from_slice(&chunk);
     }
     Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `{base}/{path}`, a query the base carries kept at the end (some providers take their
+/// key there).
+fn join(base: &str, path: &str) -> String {
+    match base.split_once('?') {
+        Some((head, query)) => format!("{}/{path}?{query}", head.trim_end_matches('/')),
+        None => format!("{base}/{path}"),
+    }
 }
 
 /// `bytes` cut after each line feed (the last piece may be an unfinished line).

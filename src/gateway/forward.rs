@@ -10,13 +10,17 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::errors::ApiError;
-use crate::provider::{OutputFormat, Reasoning, ToolChoice};
+use crate::provider::{OutputFormat, Reasoning, ToolChoice, bounded};
 
 /// The metadata key that names the gateway session; never forwarded.
 pub const SESSION_KEY: &str = "session_key";
 
-/// `body` as `T`: malformed JSON, a wrong type or an unknown field is a 400 naming where.
+/// `body` as `T`: malformed JSON, a wrong type or an unknown field is a 400 naming where;
+/// a body of more values than [`bounded::MAX_JSON_VALUES`] is a 400 before it is parsed
+/// (parsed, each value costs tens of bytes: a 4 MiB body of `[]`s would take 100 MB).
 pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    bounded::check(body, bounded::MAX_JSON_VALUES)
+        .map_err(|e| ApiError::bad_request(format!("the body is too intricate: {e}")))?;
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -346,5 +350,8 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("temperature"));
         let e = parse_body::<B>(b"{not json").unwrap_err();
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
+        let many = format!("[{}]", vec!["[]"; bounded::MAX_JSON_VALUES].join(","));
+        let e = parse_body::<Value>(many.as_bytes()).unwrap_err();
+        assert!(e.message.contains("JSON values"), "{}", e.message);
     }
 }

@@ -1,5 +1,6 @@
-//! The OpenAI Responses front: `POST /v1/responses`, streamed or not, and `GET
-//! /v1/responses/{id}`.
+//! The OpenAI Responses front: `POST /v1/responses`, streamed or not; `GET
+//! /v1/responses/{id}` (with `stream=true`, the stored response replayed as its event
+//! stream); `DELETE /v1/responses/{id}`.
 //!
 //! The conversation is the stored one of `previous_response_id` (404 when unknown or
 //! expired), else the session's (`metadata.session_key`), else nothing; then `input`: a
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -128,6 +129,7 @@ struct Answer {
     /// Filled in once the turn ran.
     key: String,
     summary: Option<Summary>,
+    input_messages: usize,
 }
 
 pub(super) async fn create(
@@ -155,7 +157,7 @@ async fn create_inner(
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let prior = match &request.previous_response_id {
         Some(id) => match gw.store.get(id) {
-            Some(stored) => Prior::Messages(stored.messages.clone()),
+            Some(stored) => Prior::Messages(stored.messages()),
             None => {
                 return Err(ApiError::not_found(format!(
                     "Previous response with id '{id}' not found (never stored, or expired)."
@@ -193,6 +195,7 @@ async fn create_inner(
         store: request.store != Some(false),
         key: String::new(),
         summary: None,
+        input_messages: 0,
     };
     let turn = TurnRequest {
         session_key,
@@ -201,6 +204,7 @@ async fn create_inner(
         input,
         client_tools: request.tools.clone().unwrap_or_default(),
         options,
+        remember: true,
     };
     if !stream {
         let running = gw.start(turn, None).await?;
@@ -219,14 +223,56 @@ async fn create_inner(
     Ok(sse::respond(running, rx, encoder).await)
 }
 
-/// `GET /v1/responses/{id}`: a stored response as its client got it.
-pub(super) async fn retrieve(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
-    match gw.store.get(&id) {
-        Some(stored) => axum::Json(stored.body.clone()).into_response(),
-        None => ApiError::not_found(format!("Response with id '{id}' not found."))
-            .param("response_id")
-            .into_response(),
+/// `GET /v1/responses/{id}`: a stored response as its client got it; with `stream=true`,
+/// as the event stream that built it (from `starting_after` on).
+pub(super) async fn retrieve(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let Some(stored) = gw.store.get(&id) else {
+        return unknown_response(&id).into_response();
+    };
+    let stream = match query.get("stream").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return ApiError::bad_request(format!("stream: `{other}` is not true or false"))
+                .param("stream")
+                .into_response();
+        }
+    };
+    if !stream {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            stored.body().to_string(),
+        )
+            .into_response();
     }
+    let after = match query.get("starting_after").map(|n| n.parse::<u64>()) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            return ApiError::bad_request("starting_after: expected a sequence number")
+                .param("starting_after")
+                .into_response();
+        }
+    };
+    let body: Value = serde_json::from_str(stored.body()).unwrap_or_default();
+    sse::replay(events::replay(&body, after))
+}
+
+/// `DELETE /v1/responses/{id}`: the stored response forgotten.
+pub(super) async fn delete(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+    if gw.store.remove(&id) {
+        axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+    } else {
+        unknown_response(&id).into_response()
+    }
+}
+
+fn unknown_response(id: &str) -> ApiError {
+    ApiError::not_found(format!("Response with id '{id}' not found.")).param("response_id")
 }
 
 fn options_of(
@@ -427,6 +473,7 @@ impl Answer {
     fn started(&mut self, running: &Running) {
         self.key = running.key.clone();
         self.summary = Some(running.summary.clone());
+        self.input_messages = running.input_messages;
         if running.keyed {
             self.metadata
                 .insert(forward::SESSION_KEY.into(), json!(running.key));
@@ -485,7 +532,7 @@ impl Answer {
                     "input_tokens_details": {"cached_tokens": 0},
                     "output_tokens": u.output_tokens,
                     "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": u.input_tokens + u.output_tokens,
+                    "total_tokens": u.total(),
                 });
             }
             body["toolsearch"] = json!({
@@ -505,11 +552,12 @@ impl Answer {
         if self.store {
             gw.store.put(
                 &self.id,
-                StoredResponse {
-                    messages: outcome.messages.clone(),
-                    body: body.clone(),
-                    session_key: Some(self.key.clone()),
-                },
+                StoredResponse::new(
+                    &outcome.messages,
+                    self.input_messages,
+                    &body,
+                    Some(self.key.clone()),
+                ),
             );
         }
         body

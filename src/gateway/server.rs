@@ -1,11 +1,14 @@
 //! `toolsearch gateway`: an OpenAI-compatible endpoint that runs one agent turn per
 //! request against the configured provider, with the configured catalog, mode and policy.
 //!
-//! Routes: `POST /v1/responses` and `GET /v1/responses/{id}` ([`super::responses`]),
-//! `POST /v1/chat/completions` ([`super::chat`]), `GET /v1/models`, `GET /healthz`. Each
-//! `metadata.session_key` is a session: its own dispatcher (hooks one at a time, its
-//! session log under the state directory) and conversation history, one turn at a time.
-//! Responses are kept for `previous_response_id` ([`super::store`]).
+//! Routes: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`
+//! ([`super::responses`]), `POST /v1/chat/completions` ([`super::chat`]), `GET /v1/models`
+//! and `GET /v1/models/{id}`, `GET /healthz`; any other method or path is a 404 in
+//! OpenAI's shape. Each `metadata.session_key` is a session ([`super::sessions`]): its own
+//! dispatcher (hooks one at a time, its session log under the state directory) and
+//! conversation history, one turn at a time. Responses are kept for
+//! `previous_response_id` ([`super::store`]). The turns of all clients together run at
+//! most [`MAX_CALLS_AT_ONCE`] tool calls at once.
 //!
 //! Client tools sent in a request are declared to the model as they are, in every mode,
 //! and a call to one ends the turn with that call for the client to run. Requests are
@@ -13,32 +16,28 @@
 //! in OpenAI's error shape, never a panic. On SIGTERM or SIGINT the server stops
 //! accepting, aborts turns in flight, and exits with no sandbox child left.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
 use super::errors::ApiError;
+use super::sessions::Sessions;
 use super::store::{MemoryStore, ResponseStore};
-use crate::agent::{Message, Model};
+use crate::agent::Model;
 use crate::catalog::Catalog;
 use crate::config::Mode;
-use crate::dispatch::{Dispatcher, DispatcherBuilder};
 use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
-use crate::telemetry::SessionLog;
 
 /// The keys made for requests that name no session. A client may not use one: it would
 /// name a request's log and, before this rule, could be made to collect requests that
@@ -49,6 +48,10 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// The memory all stored responses may take together.
 pub const STORE_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// Tool calls the gateway runs at once, all turns together: a model's batch waits for
+/// slots instead of starting hundreds of processes.
+pub const MAX_CALLS_AT_ONCE: usize = 64;
 
 /// What the gateway runs with.
 pub struct Gateway {
@@ -63,14 +66,10 @@ pub struct Gateway {
     pub model: Arc<dyn Model>,
     pub provider: Provider,
     pub(super) store: Arc<dyn ResponseStore>,
-    sessions: AsyncMutex<HashMap<String, Arc<Session>>>,
+    pub(super) sessions: Sessions,
+    /// [`MAX_CALLS_AT_ONCE`] slots, taken by every tool call of every turn.
+    pub(super) call_slots: Arc<tokio::sync::Semaphore>,
     shutdown: CancellationToken,
-    counter: AtomicU64,
-}
-
-pub(super) struct Session {
-    pub(super) dispatcher: Arc<Dispatcher>,
-    pub(super) history: Arc<AsyncMutex<Vec<Message>>>,
 }
 
 impl Gateway {
@@ -88,6 +87,7 @@ impl Gateway {
             STORE_MAX_BYTES,
             Duration::from_secs(kept.stored_ttl_s),
         ));
+        let sessions = Sessions::new(kept.sessions, Duration::from_secs(kept.session_ttl_s));
         Arc::new(Gateway {
             host,
             mode,
@@ -97,9 +97,9 @@ impl Gateway {
             model,
             provider,
             store,
-            sessions: AsyncMutex::new(HashMap::new()),
+            sessions,
+            call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
             shutdown: CancellationToken::new(),
-            counter: AtomicU64::new(0),
         })
     }
 
@@ -142,10 +142,15 @@ impl Gateway {
         axum::Router::new()
             .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
             .route("/v1/responses", post(super::responses::create))
-            .route("/v1/responses/{id}", get(super::responses::retrieve))
+            .route(
+                "/v1/responses/{id}",
+                get(super::responses::retrieve).delete(super::responses::delete),
+            )
             .route("/v1/chat/completions", post(super::chat::create))
             .route("/v1/models", get(models))
+            .route("/v1/models/{id}", get(model))
             .fallback(not_found)
+            .method_not_allowed_fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(Arc::clone(self))
     }
@@ -157,8 +162,12 @@ impl Gateway {
             .spares
             .set(self.sandbox.as_ref().and_then(|s| self.host.spares(s)));
         let stop = self.shutdown.clone();
-        let served = axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move { stop.cancelled().await })
+        let served =
+            crate::host::serve::serve(
+                listener,
+                self.router(),
+                async move { stop.cancelled().await },
+            )
             .await;
         // No spare child outlives the server.
         if let Some(Some(pool)) = self.spares.get() {
@@ -177,11 +186,6 @@ impl Gateway {
 
     pub(super) fn spares(&self) -> Option<Arc<SparePool>> {
         self.spares.get().cloned().flatten()
-    }
-
-    /// A number no other request of this gateway gets (generated session keys).
-    pub(super) fn next(&self) -> u64 {
-        self.counter.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The model a request gets when it names none.
@@ -204,40 +208,11 @@ impl Gateway {
             stop.cancel();
         });
     }
-
-    pub(super) async fn session(
-        &self,
-        key: &str,
-        keep: bool,
-    ) -> std::result::Result<Arc<Session>, String> {
-        let mut sessions = self.sessions.lock().await;
-        // Only a named session is looked up: a request without a key never joins one,
-        // whatever key the gateway made up for it.
-        if keep && let Some(s) = sessions.get(key) {
-            return Ok(Arc::clone(s));
-        }
-        let log =
-            Arc::new(SessionLog::open(&self.host.state_dir(), key).map_err(|e| e.to_string())?);
-        let dispatcher = DispatcherBuilder::live(self.host.live())
-            .config(&self.host.config)
-            .map_err(|e| e.to_string())?
-            .executors(self.host.executors())
-            .session_log(log)
-            .build();
-        let s = Arc::new(Session {
-            dispatcher: Arc::new(dispatcher),
-            history: Arc::new(AsyncMutex::new(Vec::new())),
-        });
-        if keep {
-            sessions.insert(key.to_string(), Arc::clone(&s));
-        }
-        Ok(s)
-    }
 }
 
-/// `GET /v1/models`: the provider's list, or the configured model when it lists none (or
-/// cannot be asked).
-async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+/// The provider's models, or the configured model when it lists none (or cannot be
+/// asked).
+async fn listed(gw: &Gateway) -> Vec<Value> {
     let listed = match gw.model.models().await {
         Ok(list) => list,
         Err(e) => {
@@ -245,7 +220,7 @@ async fn models(State(gw): State<Arc<Gateway>>) -> Response {
             Vec::new()
         }
     };
-    let data = if listed.is_empty() {
+    if listed.is_empty() {
         vec![json!({
             "id": gw.configured_model(),
             "object": "model",
@@ -254,13 +229,33 @@ async fn models(State(gw): State<Arc<Gateway>>) -> Response {
         })]
     } else {
         listed
-    };
-    Json(json!({"object": "list", "data": Value::Array(data)})).into_response()
+    }
 }
 
+/// `GET /v1/models`.
+async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+    Json(json!({"object": "list", "data": Value::Array(listed(&gw).await)})).into_response()
+}
+
+/// `GET /v1/models/{id}`: one model of the list; one it does not hold is a 404.
+async fn model(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+    match listed(&gw)
+        .await
+        .into_iter()
+        .find(|m| m["id"] == id.as_str())
+    {
+        Some(m) => Json(m).into_response(),
+        None => ApiError::not_found(format!("The model '{id}' does not exist"))
+            .param("model")
+            .code("model_not_found")
+            .into_response(),
+    }
+}
+
+/// Any other method or path: OpenAI's own answer to those, a 404 naming them.
 async fn not_found(method: Method, uri: Uri) -> Response {
     ApiError::not_found(format!(
-        "this gateway has no route {method} {}; it serves POST /v1/responses, GET /v1/responses/{{id}}, POST /v1/chat/completions, GET /v1/models and GET /healthz",
+        "this gateway has no route {method} {}; it serves POST /v1/responses, GET and DELETE /v1/responses/{{id}}, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{{id}} and GET /healthz",
         uri.path()
     ))
     .into_response()

@@ -116,6 +116,11 @@ struct Streaming<E> {
     encoder: E,
 }
 
+/// Events known in full (a stored response replayed), as one streamed answer.
+pub fn replay(frames: Vec<Bytes>) -> Response {
+    sse_response(Body::from(Bytes::from(concat(frames))))
+}
+
 fn concat(frames: Vec<Bytes>) -> Vec<u8> {
     let mut out = Vec::with_capacity(frames.iter().map(Bytes::len).sum());
     for f in frames {

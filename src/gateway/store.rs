@@ -4,137 +4,115 @@
 //!
 //! A stored response is the whole conversation after it — the internal tool rounds
 //! included, so the model keeps what it found — and the response as the client got it
-//! (`GET /v1/responses/{id}`). The memory store is bounded three ways: entries, their
-//! approximate bytes, and age; the oldest go first, and an expired one is gone even if
-//! there is room. Ids are random (128 bits), so one client cannot guess another's.
+//! (`GET /v1/responses/{id}`), both kept as compact JSON text: a client's JSON parsed into
+//! values costs many times its text, text costs what it says, so the store's byte bound is
+//! what it really holds. The memory store is bounded three ways ([`Kept`]): entries,
+//! bytes, and age since it was stored; the oldest go first. Ids are random (128 bits), so
+//! one client cannot guess another's.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use super::kept::Kept;
 use crate::agent::Message;
 
 /// One response as kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredResponse {
-    /// The conversation after this response, oldest first.
-    pub messages: Vec<Message>,
-    /// The response object the client received.
-    pub body: Value,
+    /// The conversation after this response, oldest first, as JSON text.
+    conversation: String,
+    /// How many messages of it came before this response (the request's input ended
+    /// there).
+    input_messages: usize,
+    /// The response object the client received, as JSON text.
+    body: String,
     /// The session the turn ran in, when the client named one.
     pub session_key: Option<String>,
+}
+
+impl StoredResponse {
+    pub fn new(
+        messages: &[Message],
+        input_messages: usize,
+        body: &Value,
+        session_key: Option<String>,
+    ) -> Self {
+        StoredResponse {
+            conversation: serde_json::to_string(messages).unwrap_or_else(|_| "[]".into()),
+            input_messages,
+            body: body.to_string(),
+            session_key,
+        }
+    }
+
+    /// The conversation after this response.
+    pub fn messages(&self) -> Vec<Message> {
+        serde_json::from_str(&self.conversation).unwrap_or_default()
+    }
+
+    /// How many messages of [`StoredResponse::messages`] were the request's input.
+    pub fn input_messages(&self) -> usize {
+        self.input_messages
+    }
+
+    /// The response object as the client got it (JSON text).
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// What it takes in memory: its texts, and a little for the entry.
+    pub fn bytes(&self) -> usize {
+        self.conversation.len()
+            + self.body.len()
+            + self.session_key.as_ref().map_or(0, String::len)
+            + 128
+    }
 }
 
 pub trait ResponseStore: Send + Sync {
     fn put(&self, id: &str, response: StoredResponse);
     /// `None` when the id was never stored, was evicted or has expired.
     fn get(&self, id: &str) -> Option<Arc<StoredResponse>>;
+    /// Forgets `id`; whether it was there.
+    fn remove(&self, id: &str) -> bool;
 }
 
 /// The in-memory store; see the module documentation.
 pub struct MemoryStore {
-    max_entries: usize,
-    max_bytes: usize,
-    max_age: Duration,
-    inner: Mutex<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    entries: HashMap<String, Entry>,
-    /// Ids, oldest first.
-    order: VecDeque<String>,
-    bytes: usize,
-}
-
-struct Entry {
-    at: Instant,
-    bytes: usize,
-    response: Arc<StoredResponse>,
+    kept: Mutex<Kept<String, Arc<StoredResponse>>>,
 }
 
 impl MemoryStore {
     pub fn new(max_entries: usize, max_bytes: usize, max_age: Duration) -> Self {
         MemoryStore {
-            max_entries,
-            max_bytes,
-            max_age,
-            inner: Mutex::new(Inner::default()),
+            kept: Mutex::new(Kept::new(max_entries, max_bytes, max_age)),
         }
+    }
+
+    /// The bytes all stored responses take.
+    pub fn bytes(&self) -> usize {
+        self.kept.lock().bytes()
     }
 }
 
 impl ResponseStore for MemoryStore {
     fn put(&self, id: &str, response: StoredResponse) {
-        let bytes = approximate_bytes(&response);
-        let mut inner = self.inner.lock();
-        if let Some(old) = inner.entries.remove(id) {
-            inner.bytes -= old.bytes;
-            inner.order.retain(|o| o != id);
-        }
-        inner.bytes += bytes;
-        inner.order.push_back(id.to_string());
-        inner.entries.insert(
-            id.to_string(),
-            Entry {
-                at: Instant::now(),
-                bytes,
-                response: Arc::new(response),
-            },
-        );
-        let now = Instant::now();
-        while let Some(oldest) = inner.order.front().cloned() {
-            let expired = inner
-                .entries
-                .get(&oldest)
-                .is_none_or(|e| now.duration_since(e.at) > self.max_age);
-            let over = inner.entries.len() > self.max_entries || inner.bytes > self.max_bytes;
-            if !expired && !over {
-                break;
-            }
-            inner.order.pop_front();
-            if let Some(e) = inner.entries.remove(&oldest) {
-                inner.bytes -= e.bytes;
-            }
-        }
+        let bytes = response.bytes();
+        self.kept
+            .lock()
+            .insert(id.to_string(), Arc::new(response), bytes);
     }
 
     fn get(&self, id: &str) -> Option<Arc<StoredResponse>> {
-        let inner = self.inner.lock();
-        let entry = inner.entries.get(id)?;
-        (entry.at.elapsed() <= self.max_age).then(|| Arc::clone(&entry.response))
+        self.kept.lock().peek(id).cloned()
     }
-}
 
-/// The text a response holds: what its memory grows with.
-fn approximate_bytes(response: &StoredResponse) -> usize {
-    let messages: usize = response
-        .messages
-        .iter()
-        .map(|m| match m {
-            Message::User { content } => content.len(),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
-                content.len()
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.id.len() + c.name.len() + c.arguments.to_string().len())
-                        .sum::<usize>()
-            }
-            Message::Tool {
-                call_id,
-                name,
-                content,
-                ..
-            } => call_id.len() + name.len() + content.len(),
-        })
-        .sum();
-    messages + response.body.to_string().len() + 64
+    fn remove(&self, id: &str) -> bool {
+        self.kept.lock().remove(id).is_some()
+    }
 }
 
 /// A fresh id: `prefix` and 32 hex digits from the OS's random source.
@@ -160,13 +138,14 @@ mod tests {
     use serde_json::json;
 
     fn response(text: &str) -> StoredResponse {
-        StoredResponse {
-            messages: vec![Message::User {
+        StoredResponse::new(
+            &[Message::User {
                 content: text.into(),
             }],
-            body: json!({}),
-            session_key: None,
-        }
+            1,
+            &json!({}),
+            None,
+        )
     }
 
     #[test]
@@ -178,21 +157,40 @@ mod tests {
         assert!(store.get("a").is_none());
         assert!(store.get("b").is_some() && store.get("c").is_some());
 
-        let store = MemoryStore::new(100, 300, Duration::from_secs(60));
-        store.put("a", response(&"x".repeat(100)));
-        store.put("b", response(&"y".repeat(100)));
-        assert!(store.get("a").is_none(), "300 bytes hold one of them");
+        let store = MemoryStore::new(100, 500, Duration::from_secs(60));
+        store.put("a", response(&"x".repeat(200)));
+        store.put("b", response(&"y".repeat(200)));
+        assert!(store.get("a").is_none(), "500 bytes hold one of them");
         assert_eq!(
-            store.get("b").map(|r| r.messages.clone()),
-            Some(response(&"y".repeat(100)).messages)
+            store.get("b").map(|r| r.messages()),
+            Some(response(&"y".repeat(200)).messages())
         );
     }
 
     #[test]
-    fn an_expired_response_is_gone() {
+    fn a_response_costs_what_its_text_costs_however_it_nests() {
+        // 4 MiB of `[]` parses into millions of values; kept as text it is 4 MiB.
+        let pad: Vec<Value> = vec![json!([]); 1 << 20];
+        let body = json!({"tool_choice": {"type": "web_search_preview", "pad": pad}});
+        let r = StoredResponse::new(&[], 0, &body, None);
+        assert!(r.bytes() < 3_200_000, "{}", r.bytes());
+        let store = MemoryStore::new(100, 10 << 20, Duration::from_secs(60));
+        for i in 0..20 {
+            store.put(&format!("r{i}"), r.clone());
+        }
+        assert!(store.bytes() <= 10 << 20, "{}", store.bytes());
+    }
+
+    #[test]
+    fn an_expired_or_removed_response_is_gone() {
         let store = MemoryStore::new(10, 1 << 20, Duration::ZERO);
         store.put("a", response("1"));
         std::thread::sleep(Duration::from_millis(2));
+        assert!(store.get("a").is_none());
+        let store = MemoryStore::new(10, 1 << 20, Duration::from_secs(60));
+        store.put("a", response("1"));
+        assert!(store.remove("a"));
+        assert!(!store.remove("a"));
         assert!(store.get("a").is_none());
     }
 

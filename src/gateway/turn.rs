@@ -6,9 +6,16 @@
 //! The task is cancelled when the request is dropped — a client that goes away, a stream
 //! nobody reads — through the [`DropGuard`] the front holds, and when the gateway stops;
 //! either way the turn ends through its abort path, so a sandbox run in it is killed, not
-//! leaked. A session's turns run one at a time: the session's history is locked from
-//! before the turn to after it.
+//! leaked. A session's turns run one at a time: its lock is held from before the turn
+//! reads the history to after it writes it.
+//!
+//! What a request can make the gateway do is bounded before any of it runs: at most
+//! [`MAX_CLIENT_TOOLS`] client tools, none named like a tool the gateway declares itself;
+//! a conversation of at most [`MAX_CONVERSATION_BYTES`]; and the catalog and surface of a
+//! request, which cost as much as the configured catalog is large, are built off the
+//! runtime's workers.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +26,19 @@ use tokio_util::sync::DropGuard;
 
 use super::errors::ApiError;
 use super::server::{GENERATED_KEY_PREFIX, Gateway};
-use crate::agent::{Agent, Message, Stop, TextStream, TurnError, TurnOptions, TurnOutcome};
-use crate::catalog::{CatalogMode, ExecutorSpec, Source, ToolDescriptor};
-use crate::dispatch::DispatcherBuilder;
+use super::sessions::Session;
+use crate::agent::{
+    Agent, MAX_CONVERSATION_BYTES, Message, Stop, TextStream, TurnError, TurnOptions, TurnOutcome,
+    conversation_bytes,
+};
+use crate::catalog::{Catalog, CatalogMode, ExecutorSpec, Source, ToolDescriptor};
+use crate::dispatch::{Dispatcher, DispatcherBuilder};
 use crate::provider::{RequestOptions, ToolChoice};
-use crate::surface::{self, Summary};
+use crate::surface::{self, Planned, Summary};
 use crate::telemetry::SessionLog;
+
+/// The most tools one request may declare (OpenAI's own limit).
+pub const MAX_CLIENT_TOOLS: usize = 128;
 
 /// How long a streaming client may leave the answer unread before the turn is abandoned.
 pub const CLIENT_STALL: Duration = Duration::from_secs(30);
@@ -48,6 +62,9 @@ pub struct TurnRequest {
     /// The request's tools, as the client sent them (OpenAI shapes).
     pub client_tools: Vec<Value>,
     pub options: RequestOptions,
+    /// Whether the turn's conversation becomes the session's history (Responses); Chat
+    /// is stateless and never writes it.
+    pub remember: bool,
 }
 
 /// Where the conversation before the input comes from.
@@ -57,6 +74,12 @@ pub enum Prior {
     Session,
     /// A stored response's conversation.
     Messages(Vec<Message>),
+}
+
+/// What a turn is run on: the request's catalog and its surface.
+struct Prepared {
+    catalog: Arc<Catalog>,
+    planned: Planned,
 }
 
 /// A turn under way.
@@ -69,6 +92,8 @@ pub struct Running {
     /// Whether the client named the session.
     pub keyed: bool,
     pub summary: Summary,
+    /// How many messages of the turn's conversation came before it ran.
+    pub input_messages: usize,
 }
 
 /// The turn's end as a front answers it: an aborted turn is a 503 (the gateway is
@@ -116,54 +141,168 @@ impl Gateway {
                 .param("metadata.session_key"));
             }
             Some(key) => key,
-            None => format!("{GENERATED_KEY_PREFIX}{}", self.next()),
+            None => self.sessions.generated_key(),
         };
-        let session = self.session(&key, keyed).await.map_err(|e| {
-            tracing::error!("gateway session `{key}`: {e}");
-            ApiError::internal("the gateway cannot open the session's log; see its log")
-        })?;
+        if request.client_tools.len() > MAX_CLIENT_TOOLS {
+            return Err(ApiError::bad_request(format!(
+                "tools: {} tools; at most {MAX_CLIENT_TOOLS} may be sent",
+                request.client_tools.len()
+            ))
+            .param("tools"));
+        }
+        let session = self.open_session(&key, keyed)?;
+        // Whichever way this request ends — refused below, or its turn done — the
+        // session's file is closed again.
+        let log_open = LogOpen(Arc::clone(&session.dispatcher));
         // One turn at a time per named session, from reading its history to writing it.
-        let history = if keyed {
-            Some(Arc::clone(&session.history).lock_owned().await)
+        let held = if keyed {
+            Some(Arc::clone(&session.turn).lock_owned().await)
         } else {
             None
         };
         let mut messages = match request.prior {
             Prior::Nothing => Vec::new(),
-            Prior::Session => history.as_ref().map(|h| h.to_vec()).unwrap_or_default(),
+            Prior::Session => {
+                let mut history = self.sessions.history(&key);
+                drop_unanswered(&mut history, &request.input);
+                history
+            }
             Prior::Messages(m) => m,
         };
         messages.extend(request.input);
         settle(&mut messages)?;
+        let size = conversation_bytes(&messages);
+        if size > MAX_CONVERSATION_BYTES {
+            return Err(ApiError::bad_request(format!(
+                "the conversation is {size} bytes, over the {MAX_CONVERSATION_BYTES} this gateway sends in one turn; start a new one"
+            ))
+            .param("input"));
+        }
+        let input_messages = messages.len();
         let prompt = last_user(&messages);
 
-        // Client tools join the catalog for this turn; without them the configured one.
-        let (catalog, dispatcher) = if request.client_tools.is_empty() {
-            (self.catalog(), Arc::clone(&session.dispatcher))
+        let gw = Arc::clone(self);
+        let tools = request.client_tools;
+        let choice = request.options.tool_choice.clone();
+        let system = request.system;
+        let Prepared { catalog, planned } = tokio::task::spawn_blocking(move || {
+            gw.prepare(tools, choice.as_ref(), &system, &prompt)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!("preparing a gateway turn failed: {e}");
+            ApiError::internal("the turn failed inside the gateway; see its log")
+        })??;
+        let dispatcher = Arc::clone(&session.dispatcher);
+        dispatcher
+            .log()
+            .event("request", planned.log_event(&catalog));
+        let agent = Arc::new(
+            Agent::new(
+                Arc::clone(&dispatcher),
+                planned.surface.clone(),
+                self.sandbox.clone(),
+                Duration::from_millis(catalog.settings().code_timeout_ms),
+                self.host.config.provider.max_rounds,
+            )
+            .with_catalog(Arc::clone(&catalog))
+            .with_client_passthrough()
+            .with_spares(self.spares())
+            .with_call_slots(Arc::clone(&self.call_slots))
+            .with_turns_before(session.next_turn()),
+        );
+
+        let abort = self.shutdown_token().child_token();
+        let text = text.map(|tx| TextStream::new(tx, abort.clone(), CLIENT_STALL));
+        let gw = Arc::clone(self);
+        let system = planned.system.clone();
+        let turn_options = TurnOptions {
+            options: request.options,
+            text,
+        };
+        let abort_turn = abort.clone();
+        let remember = keyed && request.remember;
+        let turn_key = key.clone();
+        let turn = tokio::spawn(async move {
+            let result = agent
+                .run_turn(
+                    gw.model.as_ref(),
+                    &system,
+                    messages,
+                    turn_options,
+                    abort_turn,
+                )
+                .await;
+            match &result {
+                Ok(o) if o.stop != Stop::Aborted && remember => {
+                    gw.sessions.remember(&turn_key, &o.messages);
+                }
+                Ok(_) => {}
+                Err(e) => dispatcher.log().event(
+                    "turn_error",
+                    json!({"code": e.code(), "message": e.to_string()}),
+                ),
+            }
+            // The session's file stays closed until its next turn.
+            drop(log_open);
+            drop(held);
+            result
+        });
+        Ok(Running {
+            turn,
+            cancel: abort.drop_guard(),
+            key,
+            keyed,
+            summary: planned.summary,
+            input_messages,
+        })
+    }
+
+    /// The session `key` names (kept when the client named it), or a new one.
+    fn open_session(&self, key: &str, keyed: bool) -> Result<Arc<Session>, ApiError> {
+        let open = || -> Result<Session, String> {
+            let log = SessionLog::open(&self.host.state_dir(), key).map_err(|e| e.to_string())?;
+            let dispatcher = DispatcherBuilder::live(self.host.live())
+                .config(&self.host.config)
+                .map_err(|e| e.to_string())?
+                .executors(self.host.executors())
+                .session_log(Arc::new(log))
+                .build();
+            Ok(Session::new(dispatcher))
+        };
+        let session = if keyed {
+            self.sessions.get_or_open(key, open)
         } else {
-            let extra = client_tools(&request.client_tools).map_err(ApiError::bad_request)?;
+            open().map(Arc::new)
+        };
+        session.map_err(|e| {
+            tracing::error!("gateway session `{key}`: {e}");
+            ApiError::internal("the gateway cannot open the session's log; see its log")
+        })
+    }
+
+    /// The request's catalog (the configured one, or with the client's tools joined) and
+    /// its surface. Synchronous: it runs on a blocking thread.
+    fn prepare(
+        &self,
+        client_tools: Vec<Value>,
+        choice: Option<&ToolChoice>,
+        system: &str,
+        prompt: &str,
+    ) -> Result<Prepared, ApiError> {
+        let catalog = if client_tools.is_empty() {
+            self.catalog()
+        } else {
+            let extra = client_tools_of(&client_tools).map_err(ApiError::bad_request)?;
             let catalog = self
                 .host
                 .sources()
                 .build_with(extra)
                 .map_err(|e| ApiError::bad_request(format!("tools: {e}")).param("tools"))?;
             check_collisions(&catalog)?;
-            let catalog = Arc::new(catalog);
-            let builder = DispatcherBuilder::new(Arc::clone(&catalog))
-                .config(&self.host.config)
-                .map_err(|e| {
-                    tracing::error!("gateway dispatcher: {e}");
-                    ApiError::internal("the gateway cannot build this request's dispatcher")
-                })?;
-            let log = SessionLog::open(&self.host.state_dir(), &key)
-                .unwrap_or_else(|_| SessionLog::disabled(&key));
-            let dispatcher = builder
-                .executors(self.host.executors())
-                .session_log(Arc::new(log))
-                .build();
-            (catalog, Arc::new(dispatcher))
+            Arc::new(catalog)
         };
-        if let Some(ToolChoice::Tool(name)) = &request.options.tool_choice
+        if let Some(ToolChoice::Tool(name)) = choice
             && catalog.resolve(name).is_err()
         {
             return Err(ApiError::bad_request(format!(
@@ -177,66 +316,21 @@ impl Gateway {
         };
         let options = self
             .host
-            .surface_options(&catalog, self.mode, code_available, &prompt);
-        let planned =
-            surface::plan_request(&catalog, &options, self.provider, &request.system, false)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        dispatcher
-            .log()
-            .event("request", planned.log_event(&catalog));
-        let agent = Arc::new(
-            Agent::new(
-                Arc::clone(&dispatcher),
-                planned.surface.clone(),
-                self.sandbox.clone(),
-                Duration::from_millis(catalog.settings().code_timeout_ms),
-                self.host.config.provider.max_rounds,
-            )
-            .with_client_passthrough()
-            .with_spares(self.spares()),
-        );
+            .surface_options(&catalog, self.mode, code_available, prompt);
+        let planned = surface::plan_request(&catalog, &options, self.provider, system, false)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        check_declared_once(&planned)?;
+        Ok(Prepared { catalog, planned })
+    }
+}
 
-        let abort = self.shutdown_token().child_token();
-        let text = text.map(|tx| TextStream::new(tx, abort.clone(), CLIENT_STALL));
-        let gw = Arc::clone(self);
-        let system = planned.system.clone();
-        let turn_options = TurnOptions {
-            options: request.options,
-            text,
-        };
-        let abort_turn = abort.clone();
-        let turn = tokio::spawn(async move {
-            let mut history = history;
-            let result = agent
-                .run_turn(
-                    gw.model.as_ref(),
-                    &system,
-                    messages,
-                    turn_options,
-                    abort_turn,
-                )
-                .await;
-            match &result {
-                Ok(o) if o.stop != Stop::Aborted => {
-                    if let Some(h) = history.as_mut() {
-                        **h = o.messages.clone();
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => dispatcher.log().event(
-                    "turn_error",
-                    json!({"code": e.code(), "message": e.to_string()}),
-                ),
-            }
-            result
-        });
-        Ok(Running {
-            turn,
-            cancel: abort.drop_guard(),
-            key,
-            keyed,
-            summary: planned.summary,
-        })
+/// Closes a session's log file when dropped: a host of many sessions holds open only
+/// the files of the requests in flight.
+struct LogOpen(Arc<Dispatcher>);
+
+impl Drop for LogOpen {
+    fn drop(&mut self) {
+        self.0.log().release();
     }
 }
 
@@ -252,15 +346,54 @@ fn last_user(messages: &[Message]) -> String {
         .unwrap_or_default()
 }
 
+/// A session's history that ends with calls of the client's tools, followed by input
+/// that answers none of them (a new question): those calls are dropped, as if the model
+/// had not made them, instead of the session being stuck on "no tool result" until it
+/// expires. Input that answers some of them must answer all (see [`settle`]). A stored
+/// response named by `previous_response_id` is continued as OpenAI does: every call must
+/// be answered.
+fn drop_unanswered(history: &mut Vec<Message>, input: &[Message]) {
+    let Some(Message::Assistant { tool_calls, .. }) = history.last() else {
+        return;
+    };
+    if tool_calls.is_empty() {
+        return;
+    }
+    let ids: HashSet<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
+    let answered = input
+        .iter()
+        .any(|m| matches!(m, Message::Tool { call_id, .. } if ids.contains(call_id.as_str())));
+    if answered {
+        return;
+    }
+    if let Some(Message::Assistant {
+        content,
+        tool_calls,
+    }) = history.last_mut()
+    {
+        tool_calls.clear();
+        if content.is_empty() {
+            history.pop();
+        }
+    }
+}
+
 /// Every tool result named after its call and every call answered, and something for the
-/// model to answer at the end (a user message or tool results).
+/// model to answer at the end (a user message or tool results). Linear in the messages.
 fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
     let bad = |m: String| ApiError::bad_request(m).param("input");
-    let mut open: Vec<(String, String)> = Vec::new();
+    // The calls of the last assistant message not answered yet, and their order.
+    let mut open: HashMap<String, String> = HashMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let first_open = |open: &HashMap<String, String>, order: &[String]| {
+        order
+            .iter()
+            .find_map(|id| open.get(id).map(|name| (id.clone(), name.clone())))
+    };
     for message in messages.iter_mut() {
         match message {
             Message::Assistant { tool_calls, .. } => {
-                if let Some((id, name)) = open.first() {
+                if let Some((id, name)) = first_open(&open, &order) {
                     return Err(bad(format!(
                         "no tool result for the call `{id}` of `{name}`; send one for every call before the next message"
                     )));
@@ -269,20 +402,20 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
                     .iter()
                     .map(|c| (c.id.clone(), c.name.clone()))
                     .collect();
+                order = tool_calls.iter().map(|c| c.id.clone()).collect();
             }
             Message::Tool { call_id, name, .. } => {
-                let Some(at) = open.iter().position(|(id, _)| id == call_id) else {
+                let Some(called) = open.remove(call_id.as_str()) else {
                     return Err(bad(format!(
                         "a tool result names the call `{call_id}`, which the message before it did not make"
                     )));
                 };
-                let (_, called) = open.remove(at);
                 if name.is_empty() {
                     *name = called;
                 }
             }
             Message::User { .. } => {
-                if let Some((id, name)) = open.first() {
+                if let Some((id, name)) = first_open(&open, &order) {
                     return Err(bad(format!(
                         "no tool result for the call `{id}` of `{name}`; send one for every call before the next message"
                     )));
@@ -290,7 +423,7 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
             }
         }
     }
-    if let Some((id, name)) = open.first() {
+    if let Some((id, name)) = first_open(&open, &order) {
         return Err(bad(format!(
             "no tool result for the call `{id}` of `{name}`; send one for every call"
         )));
@@ -305,34 +438,63 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
 }
 
 /// The request's tools as catalog descriptors: source `client`, run by the client, and
-/// direct-only, so every mode declares them to the model as the client wrote them.
-fn client_tools(tools: &[Value]) -> Result<Vec<ToolDescriptor>, String> {
+/// direct-only, so every mode declares them to the model as the client wrote them. A name
+/// the gateway declares itself (a control tool's) is refused, naming it.
+fn client_tools_of(tools: &[Value]) -> Result<Vec<ToolDescriptor>, String> {
     let text = Value::Array(tools.to_vec()).to_string();
-    crate::catalog::load::parse_catalog_text(std::path::Path::new("request.tools.json"), &text)
-        .map_err(|e| format!("tools: {e}"))
-        .map(|mut ds| {
-            for d in &mut ds {
-                d.executor = Some(ExecutorSpec::Client);
-                d.catalog_mode = CatalogMode::DirectOnly;
-            }
-            ds
+    let descriptors =
+        crate::catalog::load::parse_catalog_text(std::path::Path::new("request.tools.json"), &text)
+            .map_err(|e| format!("tools: {e}"))?;
+    if let Some(d) = descriptors.iter().find(|d| surface::is_control(&d.name)) {
+        return Err(format!(
+            "tools: `{}` is the name of a tool this gateway declares itself (tool_search_code, tool_search, tool_describe, tool_call); rename yours",
+            d.name
+        ));
+    }
+    Ok(descriptors
+        .into_iter()
+        .map(|mut d| {
+            d.executor = Some(ExecutorSpec::Client);
+            d.catalog_mode = CatalogMode::DirectOnly;
+            d
         })
+        .collect())
 }
 
 /// A client tool that shares its name with a catalog tool would make a call by that name
-/// ambiguous: refused, naming both.
-fn check_collisions(catalog: &crate::catalog::Catalog) -> Result<(), ApiError> {
+/// ambiguous: refused, naming both. One pass over the catalog.
+fn check_collisions(catalog: &Catalog) -> Result<(), ApiError> {
     let all = || catalog.cataloged().iter().chain(catalog.direct_only());
+    let mut others: HashMap<&str, &str> = HashMap::new();
+    for e in all().filter(|e| e.descriptor.source != Source::Client) {
+        others
+            .entry(e.descriptor.name.as_str())
+            .or_insert(e.id.as_str());
+    }
     for client in all().filter(|e| e.descriptor.source == Source::Client) {
-        if let Some(other) = all().find(|e| {
-            e.descriptor.source != Source::Client && e.descriptor.name == client.descriptor.name
-        }) {
+        if let Some(other) = others.get(client.descriptor.name.as_str()) {
             let e = crate::error::Error::NameCollision {
                 name: client.descriptor.name.clone(),
                 first: client.id.clone(),
-                second: other.id.clone(),
+                second: other.to_string(),
             };
             return Err(ApiError::bad_request(format!("tools: {e}")).param("tools"));
+        }
+    }
+    Ok(())
+}
+
+/// Every name the surface declares, declared once: a call by a name declared twice
+/// would run whichever the gateway found first.
+fn check_declared_once(planned: &Planned) -> Result<(), ApiError> {
+    let mut seen = HashSet::new();
+    for t in &planned.surface.tools {
+        if !seen.insert(t.name.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "tools: `{}` is declared twice in this request's surface; rename the request's tool",
+                t.name
+            ))
+            .param("tools"));
         }
     }
     Ok(())
@@ -378,6 +540,55 @@ mod tests {
         let mut m = vec![user("hi"), asked(vec![call("c1", "pick")]), result("c1")];
         settle(&mut m).unwrap();
         assert!(matches!(&m[2], Message::Tool { name, .. } if name == "pick"));
+    }
+
+    #[test]
+    fn a_new_question_clears_the_calls_a_session_left_unanswered() {
+        let mut history = vec![
+            user("hi"),
+            asked(vec![call("c1", "pick"), call("c2", "pick")]),
+        ];
+        drop_unanswered(&mut history, &[user("never mind")]);
+        assert_eq!(history, vec![user("hi")]);
+        // Answered ones stay, for settle to check that all are.
+        let mut history = vec![
+            user("hi"),
+            asked(vec![call("c1", "pick"), call("c2", "pick")]),
+        ];
+        drop_unanswered(&mut history, &[result("c1")]);
+        assert_eq!(history.len(), 2);
+        let mut m = history;
+        m.push(result("c1"));
+        assert!(settle(&mut m).unwrap_err().message.contains("c2"));
+        // Text the model said with its calls stays.
+        let mut history = vec![
+            user("hi"),
+            Message::Assistant {
+                content: "let me ask".into(),
+                tool_calls: vec![call("c1", "pick")],
+            },
+        ];
+        drop_unanswered(&mut history, &[user("again")]);
+        assert!(
+            matches!(&history[1], Message::Assistant { content, tool_calls } if content == "let me ask" && tool_calls.is_empty())
+        );
+    }
+
+    #[test]
+    fn settling_many_calls_answered_in_reverse_is_linear_and_right() {
+        let n = 50_000;
+        let mut m = vec![user("hi")];
+        m.push(asked((0..n).map(|i| call(&format!("c{i}"), "f")).collect()));
+        m.extend((0..n).rev().map(|i| result(&format!("c{i}"))));
+        settle(&mut m).unwrap();
+        assert!(matches!(&m[2], Message::Tool { name, .. } if name == "f"));
+    }
+
+    #[test]
+    fn client_tools_may_not_take_a_control_tools_name() {
+        let e = client_tools_of(&[json!({"type": "function", "name": "tool_call"})]).unwrap_err();
+        assert!(e.contains("`tool_call`"), "{e}");
+        assert!(client_tools_of(&[json!({"type": "function", "name": "pick"})]).is_ok());
     }
 
     #[test]

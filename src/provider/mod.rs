@@ -21,6 +21,7 @@
 //! mock provider answers with its assistant shapes. So what `surface` reports and what QA
 //! measures (the bodies the mock recorded) is what a provider gets.
 
+pub mod bounded;
 pub mod normalize;
 pub mod options;
 pub mod payload;

@@ -26,6 +26,11 @@ use super::{Provider, ProviderError, ToolCall};
 /// Characters of a bad argument text quoted in the error message.
 pub const ARGUMENT_PREVIEW_CHARS: usize = 100;
 
+/// The most tool calls one answer may make: a model makes a handful at once, and each call
+/// is work the host does, so an answer with more is refused (`bad-provider-response`)
+/// rather than run.
+pub const MAX_TOOL_CALLS: usize = 64;
+
 /// The tool calls of one non-streamed response, in the order the provider gave them.
 ///
 /// - Chat Completions: `choices[0].message.tool_calls[]` (`{id, type: "function",
@@ -38,7 +43,17 @@ pub const ARGUMENT_PREVIEW_CHARS: usize = 100;
 ///   without candidates (a blocked prompt, a usage-only chunk) has no calls.
 pub fn tool_calls(provider: Provider, response: &Value) -> Result<Vec<ToolCall>, ProviderError> {
     let raw = raw_calls(provider, response)?;
+    if raw.len() > MAX_TOOL_CALLS {
+        return Err(too_many_calls(provider, raw.len()));
+    }
     finish_calls(raw)
+}
+
+fn too_many_calls(provider: Provider, n: usize) -> ProviderError {
+    bad(
+        provider,
+        &format!("the answer makes {n} tool calls; at most {MAX_TOOL_CALLS} are run at once"),
+    )
 }
 
 /// A call as found, before its arguments are parsed and its id filled in.
@@ -257,8 +272,24 @@ fn bad(provider: Provider, message: &str) -> ProviderError {
     ProviderError::BadResponse(format!("{provider}: {message}"))
 }
 
-/// Ids filled in and arguments parsed, in order.
+/// Ids filled in and arguments parsed, in order. The argument texts of one answer share
+/// one bound on the values they parse into ([`super::bounded::MAX_JSON_VALUES`]).
 fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
+    let values: usize = raw
+        .iter()
+        .map(|c| match &c.arguments {
+            RawArgs::Text(text) | RawArgs::Json(Value::String(text)) => {
+                super::bounded::count_values(text.as_bytes())
+            }
+            _ => 0,
+        })
+        .sum();
+    if values > super::bounded::MAX_JSON_VALUES {
+        return Err(ProviderError::BadResponse(format!(
+            "the tool calls' arguments hold about {values} JSON values; at most {} are read",
+            super::bounded::MAX_JSON_VALUES
+        )));
+    }
     raw.into_iter()
         .enumerate()
         .map(|(i, call)| {
@@ -412,7 +443,7 @@ pub struct StreamAssembler {
     /// Chat: tool-call `index` -> call; Anthropic: content block `index`; Responses:
     /// `output_index`.
     by_index: HashMap<u64, usize>,
-    /// Responses: item `id` -> call.
+    /// Responses: item `id` -> call; Chat: call `id` -> call (fragments without an index).
     by_item: HashMap<String, usize>,
     /// Anthropic: content blocks that are not `tool_use`, whose deltas are not ours.
     ignored_blocks: HashSet<u64>,
@@ -457,7 +488,8 @@ impl StreamAssembler {
             Provider::Anthropic => self.push_anthropic(obj),
             Provider::Google => {
                 for call in raw_calls(provider, event)? {
-                    self.calls.push(Partial {
+                    let at = self.new_call()?;
+                    self.calls[at] = Partial {
                         id: call.id,
                         name: call.name,
                         text: String::new(),
@@ -467,7 +499,7 @@ impl StreamAssembler {
                             RawArgs::Json(value) => Some(value),
                         },
                         full: None,
-                    });
+                    };
                 }
                 Ok(())
             }
@@ -496,9 +528,13 @@ impl StreamAssembler {
         finish_calls(raw)
     }
 
-    fn new_call(&mut self) -> usize {
+    /// A new call; past [`MAX_TOOL_CALLS`] the stream is refused.
+    fn new_call(&mut self) -> Result<usize, ProviderError> {
+        if self.calls.len() >= MAX_TOOL_CALLS {
+            return Err(too_many_calls(self.provider, self.calls.len() + 1));
+        }
         self.calls.push(Partial::default());
-        self.calls.len() - 1
+        Ok(self.calls.len() - 1)
     }
 
     fn push_chat(&mut self, obj: &Map<String, Value>) -> Result<(), ProviderError> {
@@ -525,11 +561,11 @@ impl StreamAssembler {
                 }
                 let index = fragment.get("index").and_then(Value::as_u64);
                 let id = usable_id(fragment.get("id"));
-                let at = self.chat_call(index, id.as_deref());
+                let at = self.chat_call(index, id.as_deref())?;
                 self.merge_fragment(at, id, fragment.get("function"));
             }
             if let Some(legacy) = delta.get("function_call").filter(|f| f.is_object()) {
-                let at = self.chat_call(Some(LEGACY_FUNCTION_CALL), None);
+                let at = self.chat_call(Some(LEGACY_FUNCTION_CALL), None)?;
                 self.merge_fragment(at, None, Some(legacy));
             }
         }
@@ -537,28 +573,28 @@ impl StreamAssembler {
     }
 
     /// The call a Chat fragment belongs to (see [`StreamAssembler`]).
-    fn chat_call(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
+    fn chat_call(&mut self, index: Option<u64>, id: Option<&str>) -> Result<usize, ProviderError> {
         let same_id = |calls: &[Partial], at: usize| match (calls[at].id.as_deref(), id) {
             (Some(known), Some(id)) => known == id,
             _ => true,
         };
         match index {
             Some(index) => match self.by_index.get(&index) {
-                Some(&at) if same_id(&self.calls, at) => at,
+                Some(&at) if same_id(&self.calls, at) => Ok(at),
                 _ => {
-                    let at = self.new_call();
+                    let at = self.new_call()?;
                     self.by_index.insert(index, at);
-                    at
+                    Ok(at)
                 }
             },
             None => {
                 if let Some(id) = id
-                    && let Some(at) = self.calls.iter().position(|c| c.id.as_deref() == Some(id))
+                    && let Some(&at) = self.by_item.get(id)
                 {
-                    return at;
+                    return Ok(at);
                 }
                 match self.calls.len() {
-                    len if len > 0 && id.is_none() => len - 1,
+                    len if len > 0 && id.is_none() => Ok(len - 1),
                     _ => self.new_call(),
                 }
             }
@@ -568,6 +604,9 @@ impl StreamAssembler {
     fn merge_fragment(&mut self, at: usize, id: Option<String>, function: Option<&Value>) {
         let call = &mut self.calls[at];
         if call.id.is_none() {
+            if let Some(id) = &id {
+                self.by_item.entry(id.clone()).or_insert(at);
+            }
             call.id = id;
         }
         let Some(function) = function.and_then(Value::as_object) else {
@@ -603,7 +642,7 @@ impl StreamAssembler {
                 let at = match self.responses_call(item_id.as_deref(), output_index) {
                     Some(at) => at,
                     None => {
-                        let at = self.new_call();
+                        let at = self.new_call()?;
                         if let Some(item_id) = &item_id {
                             self.by_item.insert(item_id.clone(), at);
                         }
@@ -661,7 +700,11 @@ impl StreamAssembler {
                 if self.calls.is_empty()
                     && let Some(response) = obj.get("response")
                 {
-                    for call in raw_calls(provider, response)? {
+                    let raw = raw_calls(provider, response)?;
+                    if raw.len() > MAX_TOOL_CALLS {
+                        return Err(too_many_calls(provider, raw.len()));
+                    }
+                    for call in raw {
                         self.calls.push(Partial {
                             id: call.id,
                             name: call.name,
@@ -718,7 +761,7 @@ impl StreamAssembler {
                     self.ignored_blocks.insert(index);
                     return Ok(());
                 }
-                let at = self.new_call();
+                let at = self.new_call()?;
                 self.by_index.insert(index, at);
                 let call = &mut self.calls[at];
                 call.id = usable_id(block.get("id"));
@@ -824,19 +867,85 @@ pub fn stream_text(provider: Provider, event: &Value) -> Option<String> {
             }
             event.get("delta")?.as_str()?.to_string()
         }
-        Provider::Anthropic => {
-            if event.get("type")?.as_str()? != "content_block_delta" {
-                return None;
+        Provider::Anthropic => match event.get("type")?.as_str()? {
+            // A text block may start with text of its own.
+            "content_block_start" => {
+                let block = event.get("content_block")?;
+                if block.get("type")?.as_str()? != "text" {
+                    return None;
+                }
+                block.get("text")?.as_str()?.to_string()
             }
-            let delta = event.get("delta")?;
-            if delta.get("type")?.as_str()? != "text_delta" {
-                return None;
+            "content_block_delta" => {
+                let delta = event.get("delta")?;
+                if delta.get("type")?.as_str()? != "text_delta" {
+                    return None;
+                }
+                delta.get("text")?.as_str()?.to_string()
             }
-            delta.get("text")?.as_str()?.to_string()
-        }
+            _ => return None,
+        },
         Provider::Google => reply_text(provider, event),
     };
     (!text.is_empty()).then_some(text)
+}
+
+/// The answer's text of one stream: its pieces as they come ([`stream_text`]); and, for a
+/// Responses stream whose server sends no `response.output_text.delta`, the whole text of
+/// its closing events — the `response.output_text.done`s, else the message items of
+/// `response.completed` — so such a stream answers what the same answer unstreamed does.
+#[derive(Debug, Default)]
+pub struct StreamText {
+    pieces: String,
+    done: String,
+    completed: String,
+}
+
+impl StreamText {
+    /// Reads one event; the piece of text it carries, to pass on at once.
+    pub fn push(&mut self, provider: Provider, event: &Value) -> Option<String> {
+        if provider == Provider::OpenaiResponses {
+            match event.get("type").and_then(Value::as_str) {
+                Some("response.output_text.done") => {
+                    if let Some(text) = event.get("text").and_then(Value::as_str) {
+                        self.done.push_str(text);
+                    }
+                }
+                Some("response.completed") => {
+                    if let Some(response) = event.get("response") {
+                        self.completed = responses_output_text(response);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let piece = stream_text(provider, event)?;
+        self.pieces.push_str(&piece);
+        Some(piece)
+    }
+
+    /// The answer's text, and what of it no piece carried (to pass on now).
+    pub fn finish(self) -> (String, Option<String>) {
+        if !self.pieces.is_empty() {
+            return (self.pieces, None);
+        }
+        let whole = if self.done.is_empty() {
+            self.completed
+        } else {
+            self.done
+        };
+        let late = (!whole.is_empty()).then(|| whole.clone());
+        (whole, late)
+    }
+
+    /// Bytes of text read so far.
+    pub fn len(&self) -> usize {
+        self.pieces.len() + self.done.len() + self.completed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -852,9 +961,15 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Both counts added; a provider's absurd count saturates instead of wrapping.
     pub fn add(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+
+    /// Input and output together, saturating.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 }
 
@@ -911,8 +1026,8 @@ impl StreamUsage {
             Provider::OpenaiResponses => (n("input_tokens"), n("output_tokens")),
             Provider::Anthropic => {
                 let input = n("input_tokens").map(|i| {
-                    i + n("cache_creation_input_tokens").unwrap_or(0)
-                        + n("cache_read_input_tokens").unwrap_or(0)
+                    i.saturating_add(n("cache_creation_input_tokens").unwrap_or(0))
+                        .saturating_add(n("cache_read_input_tokens").unwrap_or(0))
                 });
                 (input, n("output_tokens"))
             }

@@ -1728,3 +1728,128 @@ fn an_empty_answer_sends_anthropic_no_empty_message() {
     );
     assert_eq!(chat["messages"].as_array().unwrap().len(), 4);
 }
+
+// ---------------------------------------------------------------------------------------
+// Bounds: what a hostile provider may send
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn an_answer_with_too_many_calls_is_refused_whole_or_streamed() {
+    use super::normalize::MAX_TOOL_CALLS;
+    let many = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"type": "function_call", "call_id": format!("c{i}"), "name": "f", "arguments": "{}"}))
+            .collect()
+    };
+    assert_eq!(
+        tool_calls(
+            Provider::OpenaiResponses,
+            &json!({"output": many(MAX_TOOL_CALLS)})
+        )
+        .unwrap()
+        .len(),
+        MAX_TOOL_CALLS
+    );
+    let e = tool_calls(
+        Provider::OpenaiResponses,
+        &json!({"output": many(MAX_TOOL_CALLS + 1)}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+    // Streamed: Chat fragments without an index, each a new id (found by a map, not a
+    // scan of every call so far), and Anthropic blocks.
+    let chat: Vec<Value> = (0..=MAX_TOOL_CALLS)
+        .map(|i| json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": format!("c{i}"), "function": {"name": "f", "arguments": "{}"}}]}}]}))
+        .collect();
+    let e = assemble(Provider::OpenaiCompletions, &sse(&chat)).unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+    let anthropic: Vec<Value> = (0..=MAX_TOOL_CALLS as u64)
+        .map(|i| json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": format!("t{i}"), "name": "f", "input": {}}}))
+        .collect();
+    assert!(assemble(Provider::Anthropic, &sse(&anthropic)).is_err());
+}
+
+#[test]
+fn chat_fragments_without_an_index_join_their_call_by_id() {
+    let events = vec![
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{\"x\""}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "{}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "a", "function": {"arguments": ": 1}"}}]}}]}),
+    ];
+    let calls = assemble(Provider::OpenaiCompletions, &sse(&events)).unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].arguments, json!({"x": 1}));
+}
+
+#[test]
+fn arguments_of_many_small_values_are_refused_before_they_are_parsed() {
+    let pad = vec!["[]"; super::bounded::MAX_JSON_VALUES].join(",");
+    let arguments = format!("{{\"pad\": [{pad}]}}");
+    let response = json!({"output": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": arguments}]});
+    let e = tool_calls(Provider::OpenaiResponses, &response).unwrap_err();
+    assert!(e.to_string().contains("JSON values"), "{e}");
+}
+
+#[test]
+fn a_responses_stream_with_text_only_in_its_closing_events_has_that_text() {
+    use super::normalize::StreamText;
+    let message = json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "only in done"}]});
+    let read = |events: &[Value]| {
+        let mut t = StreamText::default();
+        let passed: Vec<String> = events
+            .iter()
+            .filter_map(|e| t.push(Provider::OpenaiResponses, e))
+            .collect();
+        (passed, t.finish())
+    };
+    let (passed, (text, late)) = read(&[
+        json!({"type": "response.output_text.done", "text": "only in done"}),
+        json!({"type": "response.completed", "response": {"output": [message]}}),
+    ]);
+    assert!(passed.is_empty());
+    assert_eq!(
+        (text.as_str(), late.as_deref()),
+        ("only in done", Some("only in done"))
+    );
+    let (_, (text, late)) =
+        read(&[json!({"type": "response.completed", "response": {"output": [message]}})]);
+    assert_eq!(
+        (text.as_str(), late.as_deref()),
+        ("only in done", Some("only in done"))
+    );
+    // With deltas, the deltas are the text and nothing comes late.
+    let (passed, (text, late)) = read(&[
+        json!({"type": "response.output_text.delta", "delta": "only "}),
+        json!({"type": "response.output_text.delta", "delta": "in done"}),
+        json!({"type": "response.output_text.done", "text": "only in done"}),
+    ]);
+    assert_eq!(passed, ["only ", "in done"]);
+    assert_eq!((text.as_str(), late), ("only in done", None));
+    // Anthropic: a text block that starts with text.
+    let start = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "hi"}});
+    assert_eq!(
+        super::normalize::stream_text(Provider::Anthropic, &start).as_deref(),
+        Some("hi")
+    );
+}
+
+#[test]
+fn token_counts_saturate() {
+    let mut u = Usage {
+        input_tokens: u64::MAX,
+        output_tokens: 5,
+    };
+    u.add(Usage {
+        input_tokens: 7,
+        output_tokens: 1,
+    });
+    assert_eq!(
+        (u.input_tokens, u.output_tokens, u.total()),
+        (u64::MAX, 6, u64::MAX)
+    );
+    let huge = json!({"usage": {"input_tokens": u64::MAX, "cache_read_input_tokens": 9, "output_tokens": 1}});
+    assert_eq!(
+        super::normalize::usage(Provider::Anthropic, &huge).map(|u| u.input_tokens),
+        Some(u64::MAX)
+    );
+}

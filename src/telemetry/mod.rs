@@ -6,6 +6,11 @@
 //! append mode and never buffered, so a process killed between two events loses neither
 //! (and a process killed in the middle of one leaves at most that one line short).
 //!
+//! A long-lived host (the gateway) holds many sessions: [`SessionLog::release`] closes a
+//! session's file between its turns, and the next event opens it again, so the files a
+//! host holds open grow with its turns in flight, not with its sessions. A session key
+//! becomes a file name that names no other key ([`session_file_name`]).
+//!
 //! This module records; it decides nothing.
 
 use std::collections::BTreeMap;
@@ -30,8 +35,12 @@ pub struct Counters {
     /// Calls whose executor ran.
     executed: AtomicU64,
     by_source: parking_lot::Mutex<BTreeMap<String, u64>>,
-    selected: parking_lot::Mutex<Vec<String>>,
+    /// The most recent [`MAX_SELECTED`] tool ids executed.
+    selected: parking_lot::Mutex<std::collections::VecDeque<String>>,
 }
+
+/// Tool ids [`Counters`] remembers: a session that lives for days keeps its latest.
+pub const MAX_SELECTED: usize = 1024;
 
 /// A snapshot of [`Counters`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -42,7 +51,7 @@ pub struct CounterSnapshot {
     pub executed_count: u64,
     /// Executed calls by source.
     pub executed_by_source: BTreeMap<String, u64>,
-    /// Ids of the tools executed, in order.
+    /// Ids of the tools executed, in order (the latest [`MAX_SELECTED`]).
     pub selected: Vec<String>,
 }
 
@@ -66,7 +75,11 @@ impl Counters {
             .lock()
             .entry(source.as_str().to_string())
             .or_default() += 1;
-        self.selected.lock().push(id.to_string());
+        let mut selected = self.selected.lock();
+        if selected.len() == MAX_SELECTED {
+            selected.pop_front();
+        }
+        selected.push_back(id.to_string());
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {
@@ -76,7 +89,7 @@ impl Counters {
             call_count: self.calls.load(Ordering::Relaxed),
             executed_count: self.executed.load(Ordering::Relaxed),
             executed_by_source: self.by_source.lock().clone(),
-            selected: self.selected.lock().clone(),
+            selected: self.selected.lock().iter().cloned().collect(),
         }
     }
 }
@@ -86,7 +99,8 @@ impl Counters {
 pub struct SessionLog {
     session: String,
     path: Option<PathBuf>,
-    file: Option<parking_lot::Mutex<File>>,
+    /// The open file, `None` inside while released; `None` outside when disabled.
+    file: Option<parking_lot::Mutex<Option<File>>>,
     seq: AtomicU64,
 }
 
@@ -100,23 +114,32 @@ impl SessionLog {
                 dir.display()
             ))
         })?;
-        let path = dir.join(format!("{}.jsonl", safe_file_name(session)));
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| {
-                Error::Usage(format!(
-                    "cannot open the session log {}: {e}",
-                    path.display()
-                ))
-            })?;
+        let path = dir.join(session_file_name(session));
+        let file = append_to(&path).map_err(|e| {
+            Error::Usage(format!(
+                "cannot open the session log {}: {e}",
+                path.display()
+            ))
+        })?;
         Ok(SessionLog {
             session: session.to_string(),
             path: Some(path),
-            file: Some(parking_lot::Mutex::new(file)),
+            file: Some(parking_lot::Mutex::new(Some(file))),
             seq: AtomicU64::new(0),
         })
+    }
+
+    /// Closes the file until the next event, which opens it again (a long-lived host
+    /// calls this between a session's turns).
+    pub fn release(&self) {
+        if let Some(file) = &self.file {
+            file.lock().take();
+        }
+    }
+
+    /// Whether the file is open now.
+    pub fn is_open(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.lock().is_some())
     }
 
     /// A log that records nothing (embedders that keep no state, unit tests).
@@ -152,10 +175,25 @@ impl SessionLog {
         }
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
-        if let Err(e) = file.lock().write_all(&bytes) {
+        let mut file = file.lock();
+        if file.is_none()
+            && let Some(path) = &self.path
+        {
+            match append_to(path) {
+                Ok(f) => *file = Some(f),
+                Err(e) => tracing::error!("session log {}: cannot open: {e}", path.display()),
+            }
+        }
+        if let Some(f) = file.as_mut()
+            && let Err(e) = f.write_all(&bytes)
+        {
             tracing::error!("session log write failed: {e}");
         }
     }
+}
+
+fn append_to(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
 }
 
 fn now_ms() -> u64 {
@@ -165,24 +203,28 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Session keys come from clients; keep them to a safe file name.
-fn safe_file_name(session: &str) -> String {
-    let s: String = session
-        .chars()
-        .take(96)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with('.') {
-        format!("s{s}")
-    } else {
-        s
+/// The file name of a session's log. Keys come from clients, so only a key made of
+/// letters, digits, `-`, `_` and `.` (not first), at most 96 bytes, is its own name;
+/// any other becomes those characters of it, `~` (which no such key holds) and 32 hex
+/// digits of its BLAKE3 hash. Two keys never share a file: `a/b` and `a_b`, two long keys
+/// with one prefix, the empty key and `s` all get names of their own.
+pub fn session_file_name(session: &str) -> String {
+    let plain = !session.is_empty()
+        && session.len() <= 96
+        && !session.starts_with('.')
+        && session
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if plain {
+        return format!("{session}.jsonl");
     }
+    let kept: String = session
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .take(64)
+        .collect();
+    let hash = blake3::hash(session.as_bytes()).to_hex();
+    format!("{kept}~{}.jsonl", &hash[..32])
 }
 
 /// The default state directory: `$XDG_DATA_HOME/toolsearch`, else
@@ -216,6 +258,9 @@ mod tests {
     fn events_are_whole_lines_with_sequence_numbers() {
         let dir = tempfile::tempdir().unwrap();
         let log = SessionLog::open(dir.path(), "s/../1").unwrap();
+        assert!(log.is_open());
+        log.release();
+        assert!(!log.is_open());
         log.event("search", json!({"query": "x\ny", "ids": ["a"]}));
         log.event("call", json!({"id": "a"}));
         let text = std::fs::read_to_string(log.path().unwrap()).unwrap();
@@ -228,6 +273,41 @@ mod tests {
         assert_eq!(lines[0]["query"], "x\ny");
         assert_eq!(lines[1]["seq"], 1);
         assert!(log.path().unwrap().starts_with(dir.path().join("sessions")));
+    }
+
+    #[test]
+    fn session_file_names_are_safe_and_name_one_key_each() {
+        let keys = [
+            "a/b",
+            "a_b",
+            "",
+            "s",
+            ".hidden",
+            "ü",
+            "u",
+            &"k".repeat(97),
+            &"k".repeat(98),
+            "../../etc/passwd",
+        ];
+        let names: Vec<String> = keys.iter().map(|k| session_file_name(k)).collect();
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{names:?}");
+        for n in &names {
+            assert!(!n.contains('/') && !n.starts_with('.'), "{n}");
+        }
+        assert_eq!(session_file_name("gw-1a2b-3"), "gw-1a2b-3.jsonl");
+    }
+
+    #[test]
+    fn counters_keep_the_latest_selected() {
+        let c = Counters::default();
+        for i in 0..MAX_SELECTED + 5 {
+            c.executed(&format!("t{i}"), Source::Openclaw);
+        }
+        let s = c.snapshot();
+        assert_eq!(s.selected.len(), MAX_SELECTED);
+        assert_eq!(s.selected.last().map(String::as_str), Some("t1028"));
+        assert_eq!(s.executed_count, MAX_SELECTED as u64 + 5);
     }
 
     #[test]

@@ -217,3 +217,150 @@ pub fn session_log(state: &std::path::Path, key: &str) -> Vec<Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// What a [`scripted_provider`] answers one request with: a status line, headers, a body,
+/// and optionally a chunk written `times` more times after it (a flood, or a line that
+/// never ends). The connection closes after it.
+pub struct Reply {
+    pub status: u16,
+    pub headers: String,
+    pub body: Vec<u8>,
+    pub then: Option<(Vec<u8>, usize)>,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: &Value) -> Reply {
+        Reply::with_type(status, "application/json", body.to_string())
+    }
+
+    pub fn with_type(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status,
+            headers: format!("content-type: {content_type}\r\n"),
+            body: body.into(),
+            then: None,
+        }
+    }
+
+    /// Server-sent events: each value as one `data:` event.
+    pub fn sse(events: &[Value]) -> Reply {
+        let text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        Reply::with_type(200, "text/event-stream", text)
+    }
+
+    pub fn header(mut self, line: &str) -> Reply {
+        self.headers.push_str(line);
+        self.headers.push_str("\r\n");
+        self
+    }
+
+    pub fn then_repeat(mut self, chunk: Vec<u8>, times: usize) -> Reply {
+        self.then = Some((chunk, times));
+        self
+    }
+}
+
+/// A provider that answers each request with `answer(path, headers, body)`, one thread per
+/// connection; it counts requests. The body is the request's JSON (`null` when it is not).
+pub fn scripted_provider(
+    answer: impl Fn(&str, &str, &Value) -> Reply + Send + Sync + 'static,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        while let Ok((mut s, _)) = listener.accept() {
+            let seen = seen.clone();
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let Some((head, body)) = read_request(&mut s) else {
+                    return;
+                };
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let path = head
+                    .lines()
+                    .next()
+                    .and_then(|l| l.split(' ').nth(1))
+                    .unwrap_or("")
+                    .to_string();
+                let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let reply = answer(&path, &head, &json);
+                let length = match reply.then {
+                    None => format!("content-length: {}\r\n", reply.body.len()),
+                    Some(_) => String::new(),
+                };
+                let head = format!(
+                    "HTTP/1.1 {} X\r\n{}{length}connection: close\r\n\r\n",
+                    reply.status, reply.headers
+                );
+                if s.write_all(head.as_bytes()).is_err() || s.write_all(&reply.body).is_err() {
+                    return;
+                }
+                if let Some((chunk, times)) = reply.then {
+                    for _ in 0..times {
+                        if s.write_all(&chunk).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, count)
+}
+
+/// One HTTP request's head (lowercased) and body (by `content-length`).
+fn read_request(s: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length: ")
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some((head, buf[end + 4..end + 4 + len].to_vec()));
+        }
+    }
+}
+
+/// The peak resident memory of process `pid` so far, in MiB (`VmHWM`).
+pub fn peak_rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// `POST {gateway}{path}` with `body`: the status and the answer's text.
+pub fn post(gateway: &str, path: &str, body: &Value) -> (u16, String) {
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{gateway}{path}"))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    })
+}

@@ -50,10 +50,10 @@ impl MockProvider {
     /// Records a body in memory and in the record file. The lock is held while writing so
     /// the file's lines come in the same order as the list.
     fn record(&self, body: &Value) -> Result<(), String> {
+        let text = body.to_string();
         let mut requests = self.requests.lock();
-        requests.push(body.clone());
         if let Some(path) = &self.options.record {
-            let line = format!("{body}\n");
+            let line = format!("{text}\n");
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -66,6 +66,7 @@ impl MockProvider {
                     )
                 })?;
         }
+        requests.push(text, super::RECORD_MAX_BYTES);
         Ok(())
     }
 
@@ -146,7 +147,12 @@ async fn models() -> Response {
 }
 
 async fn debug_requests(State(provider): State<Arc<MockProvider>>) -> Response {
-    axum::Json(Value::Array(provider.requests())).into_response()
+    let text = provider.requests.lock().as_json_array();
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        text,
+    )
+        .into_response()
 }
 
 async fn healthz() -> Response {

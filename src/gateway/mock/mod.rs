@@ -9,7 +9,8 @@
 //!   (`data: {json}` events, Chat ending with `data: [DONE]`, the others naming each
 //!   event's type) when the body says `"stream": true`;
 //! - `GET /v1/models`: one model, [`MODEL`];
-//! - `GET /debug/requests`: every request body received, in order, as a JSON array;
+//! - `GET /debug/requests`: the request bodies received, in order, as a JSON array: the
+//!   latest [`RECORD_MAX_BYTES`] of them (the record file holds every one);
 //! - `GET /healthz`: `{"ok": true}`.
 //!
 //! A request goes through four parts, in order:
@@ -47,11 +48,15 @@ pub struct MockOptions {
     pub record: Option<PathBuf>,
 }
 
-/// The mock provider: its options and every request it has received.
+/// The request bodies the mock keeps in memory, as compact JSON text: the oldest go once
+/// the latest take more. A mock left running under a load test kept every body, 890 MB.
+pub const RECORD_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// The mock provider: its options and the latest requests it has received.
 #[derive(Debug)]
 pub struct MockProvider {
     options: MockOptions,
-    requests: Mutex<Vec<Value>>,
+    requests: Mutex<Recorded>,
     /// Requests answered, for the `resp_<k>` / `chatcmpl-<k>` ids.
     answered: AtomicU64,
 }
@@ -60,14 +65,52 @@ impl MockProvider {
     pub fn new(options: MockOptions) -> Arc<Self> {
         Arc::new(MockProvider {
             options,
-            requests: Mutex::new(Vec::new()),
+            requests: Mutex::new(Recorded::default()),
             answered: AtomicU64::new(0),
         })
     }
 
-    /// Every request body received so far, in order.
+    /// The request bodies received so far (the latest [`RECORD_MAX_BYTES`]), in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().clone()
+        self.requests
+            .lock()
+            .bodies
+            .iter()
+            .filter_map(|b| serde_json::from_str(b).ok())
+            .collect()
+    }
+}
+
+/// Request bodies as text, within [`RECORD_MAX_BYTES`].
+#[derive(Debug, Default)]
+struct Recorded {
+    bodies: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl Recorded {
+    fn push(&mut self, body: String, max_bytes: usize) {
+        self.bytes += body.len();
+        self.bodies.push_back(body);
+        while self.bytes > max_bytes
+            && let Some(old) = self.bodies.pop_front()
+        {
+            self.bytes -= old.len();
+        }
+    }
+
+    /// The bodies as one JSON array, without parsing them again.
+    fn as_json_array(&self) -> String {
+        let mut out = String::with_capacity(self.bytes + self.bodies.len() + 2);
+        out.push('[');
+        for (i, b) in self.bodies.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(b);
+        }
+        out.push(']');
+        out
     }
 }
 
@@ -78,10 +121,26 @@ pub async fn serve(
     provider: Arc<MockProvider>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, provider.router())
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    crate::host::serve::serve(listener, provider.router(), async move {
+        shutdown.cancelled().await
+    })
+    .await
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod recorded_tests {
+    use super::*;
+
+    #[test]
+    fn the_record_keeps_the_latest_within_its_bytes() {
+        let mut r = Recorded::default();
+        for i in 0..10 {
+            r.push(format!("{{\"n\":{i}}}"), 20);
+        }
+        assert_eq!(r.as_json_array(), r#"[{"n":8},{"n":9}]"#);
+        assert!(r.bytes <= 20);
+    }
+}

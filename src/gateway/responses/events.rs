@@ -3,6 +3,7 @@
 //! per piece, then the `.done` events, the client tools' `function_call` items with their
 //! argument events, and `response.completed` with the stored response (or
 //! `response.failed`). Every event carries the same response id and a `sequence_number`.
+//! [`replay`] gives the same events for a stored response (`GET /v1/responses/{id}?stream=true`).
 
 use std::sync::Arc;
 
@@ -153,4 +154,98 @@ impl Encoder for ResponsesStream {
         frames.push(self.event("response.completed", json!({"response": response})));
         frames
     }
+}
+
+/// The events of a stored response, as a stream that built it would have sent them: each
+/// output item added, its text or arguments whole, done; the response completed. Those
+/// with a sequence number up to `after` are left out.
+pub(super) fn replay(body: &Value, after: Option<u64>) -> Vec<Bytes> {
+    let mut events: Vec<(String, Value)> = Vec::new();
+    let mut start = body.clone();
+    start["status"] = json!("in_progress");
+    start["output"] = json!([]);
+    start["usage"] = Value::Null;
+    events.push(("response.created".into(), json!({"response": start})));
+    events.push(("response.in_progress".into(), json!({"response": start})));
+    let output = body["output"].as_array().cloned().unwrap_or_default();
+    for (index, item) in output.iter().enumerate() {
+        let id = item["id"].clone();
+        let mut added = item.clone();
+        added["status"] = json!("in_progress");
+        match item["type"].as_str() {
+            Some("message") => {
+                added["content"] = json!([]);
+                events.push((
+                    "response.output_item.added".into(),
+                    json!({"output_index": index, "item": added}),
+                ));
+                let parts = item["content"].as_array().cloned().unwrap_or_default();
+                for (part_index, part) in parts.iter().enumerate() {
+                    let text = part["text"].as_str().unwrap_or_default();
+                    let at =
+                        json!({"item_id": id, "output_index": index, "content_index": part_index});
+                    let with = |mut v: Value, extra: Value| {
+                        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+                            v.extend(extra.clone());
+                        }
+                        v
+                    };
+                    events.push((
+                        "response.content_part.added".into(),
+                        with(
+                            at.clone(),
+                            json!({"part": {"type": "output_text", "text": "", "annotations": []}}),
+                        ),
+                    ));
+                    events.push((
+                        "response.output_text.delta".into(),
+                        with(at.clone(), json!({"delta": text, "logprobs": []})),
+                    ));
+                    events.push((
+                        "response.output_text.done".into(),
+                        with(at.clone(), json!({"text": text, "logprobs": []})),
+                    ));
+                    events.push((
+                        "response.content_part.done".into(),
+                        with(at, json!({"part": part})),
+                    ));
+                }
+            }
+            Some("function_call") => {
+                added["arguments"] = json!("");
+                events.push((
+                    "response.output_item.added".into(),
+                    json!({"output_index": index, "item": added}),
+                ));
+                let arguments = item["arguments"].clone();
+                events.push((
+                    "response.function_call_arguments.delta".into(),
+                    json!({"item_id": id, "output_index": index, "delta": arguments}),
+                ));
+                events.push((
+                    "response.function_call_arguments.done".into(),
+                    json!({"item_id": id, "output_index": index, "name": item["name"], "arguments": arguments}),
+                ));
+            }
+            _ => events.push((
+                "response.output_item.added".into(),
+                json!({"output_index": index, "item": added}),
+            )),
+        }
+        events.push((
+            "response.output_item.done".into(),
+            json!({"output_index": index, "item": item}),
+        ));
+    }
+    events.push(("response.completed".into(), json!({"response": body})));
+    events
+        .into_iter()
+        .enumerate()
+        .filter(|(n, _)| after.is_none_or(|a| *n as u64 > a))
+        .map(|(n, (kind, mut data))| {
+            data["type"] = json!(kind);
+            data["sequence_number"] = json!(n);
+            event(Some(&kind), &data)
+        })
+        .collect()
 }

@@ -1,0 +1,356 @@
+//! What one client can make the gateway hold or do, bounded and meaning one thing: the
+//! tools a request may declare (how many, which names), named sessions (kept within their
+//! bound, their log files closed between turns, never written by Chat, never jammed by
+//! calls left unanswered), connections that never finish a request, and the routes an
+//! OpenAI SDK calls besides create (delete, retrieve as a stream, one model, any other
+//! method a 404 in OpenAI's shape).
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+mod common;
+mod gateway_support;
+use common::{BIN, Guard, start_listening};
+use gateway_support::*;
+
+/// The mock provider, scripted with `scenario` (JSON text) when given, recording to
+/// `dir/requests.jsonl`.
+fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["mock-provider", "--listen", "127.0.0.1:0", "--record"])
+        .arg(dir.join("requests.jsonl"))
+        .stdin(Stdio::null());
+    if let Some(text) = scenario {
+        let path = dir.join("scenario.json");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--scenario").arg(path);
+    }
+    start_listening(&mut cmd)
+}
+
+/// The request bodies the provider got, as text, oldest first.
+fn recorded(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn request(method: &str, url: &str) -> (u16, String) {
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .request(method.parse().unwrap(), url)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    })
+}
+
+/// The text of a Responses answer's message items.
+fn output_text(response: &Value) -> String {
+    response["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| o["type"] == "message")
+        .flat_map(|o| o["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The files under `dir` that process `pid` holds open.
+fn open_under(pid: u32, dir: &std::path::Path) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter(|target| target.starts_with(dir))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn tool(name: &str) -> Value {
+    json!({"type": "function", "name": name, "parameters": {"type": "object"}})
+}
+
+#[test]
+fn a_request_declares_at_most_128_tools_and_none_named_like_a_control_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let many: Vec<Value> = (0..129).map(|i| tool(&format!("t{i}"))).collect();
+    let (status, text) = post(
+        &url,
+        "/v1/responses",
+        &json!({"input": "hi", "tools": many}),
+    );
+    assert_eq!(status, 400, "{text}");
+    let e = json_of(&text);
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 128"),
+        "{e}"
+    );
+    assert_eq!(e["error"]["param"], "tools");
+
+    for name in ["tool_call", "tool_search", "tool_describe"] {
+        let (status, text) = post(
+            &url,
+            "/v1/responses",
+            &json!({"input": "hi", "tools": [tool(name)]}),
+        );
+        assert_eq!(status, 400, "{name}: {text}");
+        let e = json_of(&text);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("`{name}`")),
+            "{e}"
+        );
+    }
+    let (status, text) = post(
+        &url,
+        "/v1/responses",
+        &json!({"input": "hi", "tools": [tool("pick")]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        recorded(dir.path()).len() == 1,
+        "nothing refused reached the provider"
+    );
+}
+
+#[test]
+fn sessions_are_bounded_and_hold_no_file_open_between_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (gw, url) = gateway_with(
+        &format!("{mock_url}/v1"),
+        dir.path(),
+        "[gateway]\nsessions = 3\n",
+    );
+    let pid = gw.0.id();
+    let say = |key: &str, text: &str| {
+        let (status, body) = post(
+            &url,
+            "/v1/responses",
+            &json!({"input": text, "metadata": {"session_key": key}, "store": false}),
+        );
+        assert_eq!(status, 200, "{body}");
+    };
+    let logs = dir.path().join("state/sessions");
+    for i in 0..40 {
+        say(&format!("k{i}"), "hello");
+    }
+    assert_eq!(
+        open_under(pid, &logs),
+        0,
+        "session logs held open between turns"
+    );
+    assert!(
+        std::fs::read_dir(&logs).unwrap().count() >= 40,
+        "each session has its own log"
+    );
+
+    // Three sessions kept: the oldest of four goes, with its history.
+    say("a", "remember the apple");
+    say("a", "and the pear");
+    let sent = recorded(dir.path());
+    assert!(
+        sent.last().unwrap().contains("remember the apple"),
+        "a's history is read"
+    );
+    say("b", "one");
+    say("c", "two");
+    say("d", "three");
+    say("a", "what did I say?");
+    let last = recorded(dir.path()).pop().unwrap();
+    assert!(last.contains("what did I say?"));
+    assert!(
+        !last.contains("remember the apple"),
+        "an evicted session's history is gone: {last}"
+    );
+}
+
+#[test]
+fn chat_neither_reads_nor_writes_a_sessions_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let (status, text) = post(
+        &url,
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": [{"role": "user", "content": "said in chat"}],
+                "metadata": {"session_key": "s"}}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = post(
+        &url,
+        "/v1/responses",
+        &json!({"input": "said in responses", "metadata": {"session_key": "s"}}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let last = recorded(dir.path()).pop().unwrap();
+    assert!(last.contains("said in responses"));
+    assert!(
+        !last.contains("said in chat"),
+        "Chat wrote the history: {last}"
+    );
+}
+
+#[test]
+fn a_new_question_after_unanswered_client_calls_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = r#"{"steps": [
+        {"when": "choose", "reply": {"tool_calls": [{"name": "pick", "arguments": {"n": 1}}]}},
+        {"reply": {"text": "fine"}}
+    ]}"#;
+    let (_mock, mock_url) = mock(dir.path(), Some(scenario));
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let ask = |text: &str| {
+        post(
+            &url,
+            "/v1/responses",
+            &json!({"input": text, "tools": [tool("pick")], "metadata": {"session_key": "j"}}),
+        )
+    };
+    let (status, text) = ask("choose one");
+    assert_eq!(status, 200, "{text}");
+    let v = json_of(&text);
+    assert!(
+        v["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["type"] == "function_call" && o["name"] == "pick"),
+        "{v}"
+    );
+    // The client never runs `pick` and asks something else: answered, not a 400.
+    let (status, text) = ask("never mind, hello");
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(output_text(&json_of(&text)), "fine", "{text}");
+}
+
+#[test]
+fn a_connection_that_never_finishes_its_request_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let addr = url.trim_start_matches("http://");
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.write_all(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        .unwrap();
+    // Far longer than the gateway's 10 s for a request head.
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = slow.read_to_end(&mut rest);
+    assert!(
+        !matches!(&ended, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+        "the gateway kept a half-sent request open: {ended:?}"
+    );
+}
+
+#[test]
+fn the_sdk_routes_besides_create_answer_in_openais_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let (status, text) = post(&url, "/v1/responses", &json!({"input": "keep this"}));
+    assert_eq!(status, 200, "{text}");
+    let created = json_of(&text);
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // Retrieved as a stream: the events that built it, ending with it.
+    let (status, text) = request("GET", &format!("{url}/v1/responses/{id}?stream=true"));
+    assert_eq!(status, 200, "{text}");
+    let events = toolsearch::provider::parse_sse(&text);
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(deltas, output_text(&created));
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed");
+    assert_eq!(last["response"]["id"], id.as_str());
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+
+    // Deleted: then unknown, to GET and DELETE alike.
+    let (status, text) = request("DELETE", &format!("{url}/v1/responses/{id}"));
+    assert_eq!(status, 200, "{text}");
+    let v = json_of(&text);
+    assert_eq!(
+        (v["id"].as_str(), v["deleted"].as_bool()),
+        (Some(id.as_str()), Some(true))
+    );
+    for method in ["GET", "DELETE"] {
+        let (status, text) = request(method, &format!("{url}/v1/responses/{id}"));
+        assert_eq!(status, 404, "{method}: {text}");
+        assert_eq!(json_of(&text)["error"]["param"], "response_id");
+    }
+
+    // One model, as the list has it; an unknown one is a 404.
+    let (_, text) = request("GET", &format!("{url}/v1/models"));
+    let first = json_of(&text)["data"][0].clone();
+    let model = first["id"].as_str().unwrap();
+    let (status, text) = request("GET", &format!("{url}/v1/models/{model}"));
+    assert_eq!((status, json_of(&text)), (200, first.clone()));
+    let (status, text) = request("GET", &format!("{url}/v1/models/no-such-model"));
+    assert_eq!(status, 404, "{text}");
+    assert_eq!(json_of(&text)["error"]["code"], "model_not_found");
+
+    // Any other method or path: a 404 with an error body, never an empty 405.
+    for (method, path) in [
+        ("PUT", "/v1/responses"),
+        ("PATCH", "/v1/models"),
+        ("GET", "/v2/x"),
+    ] {
+        let (status, text) = request(method, &format!("{url}{path}"));
+        assert_eq!(status, 404, "{method} {path}: {text}");
+        let e = json_of(&text);
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains(path),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn legacy_functions_ask_for_one_call_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = r#"{"steps": [
+        {"reply": {"tool_calls": [{"name": "f", "arguments": {"n": 1}}, {"name": "f", "arguments": {"n": 2}}]}}
+    ]}"#;
+    let (_mock, mock_url) = mock(dir.path(), Some(scenario));
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    let (status, text) = post(
+        &url,
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                "functions": [{"name": "f", "parameters": {"type": "object"}}]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let v = json_of(&text);
+    let message = &v["choices"][0]["message"];
+    assert_eq!(message["function_call"]["name"], "f", "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "function_call", "{v}");
+    let sent = json_of(&recorded(dir.path()).pop().unwrap());
+    assert_eq!(sent["parallel_tool_calls"], false, "{sent}");
+}

@@ -1,0 +1,295 @@
+//! The gateway against a provider that misbehaves on purpose: one that repeats the key in
+//! every form and every kind of error, redirects, floods, never ends a line, nests
+//! values, says its text only in its closing events, counts absurd tokens, or asks for
+//! hundreds of tool calls at once. What must hold: no secret reaches a client or a log,
+//! nothing is followed elsewhere, memory stays bounded, and every failure is a clear
+//! answer, never a hang or a panic.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+mod common;
+mod gateway_support;
+use gateway_support::*;
+
+const KEY: &str = "sk-SECRET-UPSTREAM-KEY-0123456789abcdef";
+
+/// Whether `text` holds the key or any 8-character run of it, in any case, or the URL's
+/// secrets.
+fn leaks(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    let key = KEY.to_lowercase();
+    for i in 0..=key.len() - 8 {
+        if lower.contains(&key[i..i + 8]) {
+            return Some(key[i..i + 8].to_string());
+        }
+    }
+    lower.contains("urlsecret").then(|| "urlsecret".into())
+}
+
+fn message(text: &str) -> Value {
+    json!({"output": [{"type": "message", "role": "assistant",
+        "content": [{"type": "output_text", "text": text}]}]})
+}
+
+/// The mode a request asks the provider for: the word after `MODE:` in its body.
+fn mode_of(body: &Value) -> String {
+    let text = body.to_string();
+    text.split("MODE:")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..=c.len() {
+            out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A provider that leaks the key it was sent, in the way the request's mode asks.
+fn leaking_provider() -> String {
+    scripted_provider(|_, head, body| {
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("authorization: bearer "))
+            .unwrap_or("")
+            .to_string();
+        // The head is lowercased; the key the gateway sent is KEY.
+        assert_eq!(key, KEY.to_lowercase());
+        let key = KEY;
+        match mode_of(body).as_str() {
+            "ok200" => Reply::json(200, &json!({"error": {"message": format!("your key {key} is bad"), "type": "x"}})),
+            "cut" => Reply::with_type(400, "text/plain", format!("{}{key} tail", "A".repeat(280))),
+            "forms" => Reply::json(403, &json!({"error": {"message": format!(
+                "b64 {} basic {} upper {}",
+                base64(key.as_bytes()),
+                base64(format!("user:{key}").as_bytes()),
+                key.to_uppercase()
+            ), "type": "x", "code": key}})),
+            "stream" => Reply::sse(&[json!({"type": "error", "error": {"message": format!("bad key {key}"), "type": "auth"}})]),
+            "refused" => Reply::json(401, &json!({"error": {"message": format!("Incorrect API key provided: {key}."), "type": "invalid_request_error", "code": "invalid_api_key"}})),
+            "toolarg" => Reply::json(200, &json!({"output": [{"type": "function_call", "call_id": "c1", "name": "tool_search", "arguments": format!("{{\"q\": {key}")}]})),
+            _ => Reply::json(200, &message("plain")),
+        }
+    })
+    .0
+}
+
+#[test]
+fn no_secret_reaches_a_client_or_a_session_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = leaking_provider();
+    // The base URL carries secrets of its own, in its userinfo and its query.
+    let base = url.replace("http://", "http://user:pw-URLSECRET@") + "?api-key=URLSECRET123";
+    let (_gw, gw) = gateway_env(
+        "tools",
+        &base,
+        dir.path(),
+        "api_key_env = \"TS_HOSTILE_KEY\"\nmax_retries = 0\n",
+        &[("TS_HOSTILE_KEY", KEY)],
+    );
+    for mode in ["ok200", "cut", "forms", "stream", "refused", "toolarg"] {
+        for stream in [false, true] {
+            let (status, text) = post(
+                &gw,
+                "/v1/responses",
+                &json!({"input": format!("MODE:{mode}"), "stream": stream,
+                        "metadata": {"session_key": "leaks"}}),
+            );
+            assert!(status >= 400, "{mode}: {status} {text}");
+            assert_eq!(leaks(&text), None, "{mode} stream {stream}: {text}");
+        }
+    }
+    // A provider that cannot be reached: the message names its URL without the secrets.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let sub = dir.path().join("closed");
+    std::fs::create_dir_all(&sub).unwrap();
+    let (_gw2, gw2) = gateway_env(
+        "tools",
+        &format!("http://user:pw-URLSECRET@{closed}/v1?api-key=URLSECRET123"),
+        &sub,
+        "api_key_env = \"TS_HOSTILE_KEY\"\nmax_retries = 0\n",
+        &[("TS_HOSTILE_KEY", KEY)],
+    );
+    let (status, text) = post(&gw2, "/v1/responses", &json!({"input": "hello"}));
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains(&closed.to_string()), "{text}");
+    assert_eq!(leaks(&text), None, "{text}");
+
+    let log = std::fs::read_to_string(dir.path().join("state/sessions/leaks.jsonl")).unwrap();
+    assert!(log.contains("turn_error"), "{log}");
+    assert_eq!(leaks(&log), None, "{log}");
+}
+
+#[test]
+fn a_redirect_is_not_followed_with_the_key_or_the_conversation() {
+    let (elsewhere, taken) = scripted_provider(|_, _, _| Reply::json(200, &message("stolen")));
+    for kind in ["openai-responses", "anthropic"] {
+        let target = elsewhere.clone();
+        let (redirecting, _) = scripted_provider(move |path, _, _| {
+            Reply::with_type(307, "text/plain", "").header(&format!("location: {target}{path}"))
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_env(
+            "tools",
+            &redirecting,
+            dir.path(),
+            &format!("kind = \"{kind}\"\napi_key_env = \"TS_HOSTILE_KEY\"\nmax_retries = 0\n"),
+            &[("TS_HOSTILE_KEY", KEY)],
+        );
+        let (status, text) = post(&gw, "/v1/responses", &json!({"input": "my secret plans"}));
+        assert_eq!(status, 502, "{kind}: {text}");
+        assert!(text.contains("redirect"), "{kind}: {text}");
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            0,
+            "{kind}: followed the redirect"
+        );
+    }
+}
+
+#[test]
+fn what_a_provider_floods_is_cut_at_the_bound_and_memory_stays_bounded() {
+    let (url, _) = scripted_provider(|_, _, body| match mode_of(body).as_str() {
+        // An SSE line that never ends: 300 MiB of it.
+        "endless" => Reply::with_type(200, "text/event-stream", "data: ")
+            .then_repeat(vec![b'x'; 1 << 20], 300),
+        // Many small events: 300 MiB of text deltas.
+        "flood" => {
+            let event = format!(
+                "data: {}\n\n",
+                json!({"type": "response.output_text.delta", "delta": "y".repeat(60_000)})
+            );
+            Reply::with_type(200, "text/event-stream", "").then_repeat(event.into_bytes(), 5000)
+        }
+        // A whole answer just under the byte bound, made of nothing but tiny values.
+        "nested" => {
+            let pad = vec!["[]"; 10_000_000].join(",");
+            Reply::with_type(
+                200,
+                "application/json",
+                format!("{{\"output\": [], \"pad\": [{pad}]}}"),
+            )
+        }
+        _ => Reply::json(200, &message("plain")),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (gw_guard, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    for (mode, stream) in [("endless", true), ("flood", true), ("nested", false)] {
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": format!("MODE:{mode}"), "stream": stream}),
+        );
+        // A stream that has begun ends with `response.failed`; else the status says it.
+        assert!(
+            status == 502 || (status == 200 && text.contains("response.failed")),
+            "{mode}: {status} {}",
+            &text[..text.len().min(500)]
+        );
+        let end = &text[text.len().saturating_sub(2000)..];
+        assert!(
+            end.contains("larger than") || end.contains("JSON values"),
+            "{mode}: {end}"
+        );
+    }
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "still here"}));
+    assert_eq!(status, 200, "{text}");
+    // The bound is 32 MiB of answer; a debug build at rest takes some tens of MiB.
+    let peak = peak_rss_mib(gw_guard.0.id());
+    assert!(peak < 200, "the gateway peaked at {peak} MiB");
+}
+
+#[test]
+fn text_sent_only_in_closing_events_is_the_answer() {
+    let (url, _) = scripted_provider(|_, _, body| {
+        let done = message("TEXT ONLY IN DONE EVENTS");
+        if body["stream"] == true {
+            Reply::sse(&[
+                json!({"type": "response.output_item.done", "output_index": 0, "item": done["output"][0]}),
+                json!({"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": "TEXT ONLY IN DONE EVENTS"}),
+                json!({"type": "response.completed", "response": done}),
+            ])
+        } else {
+            Reply::json(200, &done)
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "");
+    for stream in [false, true] {
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": "hello", "stream": stream}),
+        );
+        assert_eq!(status, 200, "{text}");
+        let said: String = if stream {
+            toolsearch::provider::parse_sse(&text)
+                .iter()
+                .filter(|e| e["type"] == "response.output_text.delta")
+                .filter_map(|e| e["delta"].as_str().map(str::to_string))
+                .collect()
+        } else {
+            toolsearch::provider::normalize::responses_output_text(
+                &serde_json::from_str(&text).unwrap(),
+            )
+        };
+        assert_eq!(said, "TEXT ONLY IN DONE EVENTS", "stream {stream}: {text}");
+    }
+}
+
+#[test]
+fn absurd_token_counts_saturate() {
+    let (url, _) = scripted_provider(|_, _, _| {
+        let mut answer = message("hi");
+        answer["usage"] = json!({"input_tokens": u64::MAX, "output_tokens": 5});
+        Reply::json(200, &answer)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "");
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "count"}));
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["usage"]["total_tokens"], json!(u64::MAX), "{v}");
+    let (status, text) = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "count"}]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["usage"]["total_tokens"], json!(u64::MAX), "{v}");
+}
+
+#[test]
+fn an_answer_with_hundreds_of_calls_is_refused_not_run() {
+    let (url, asked) = scripted_provider(|_, _, _| {
+        let calls: Vec<Value> = (0..500)
+            .map(|i| json!({"type": "function_call", "call_id": format!("c{i}"), "name": "tool_search", "arguments": "{\"query\": \"issue\"}"}))
+            .collect();
+        Reply::json(200, &json!({"output": calls}))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "search a lot"}));
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("500 tool calls"), "{text}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "no second round ran");
+}
