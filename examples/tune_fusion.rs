@@ -98,6 +98,9 @@ fn main() {
                         semantic_weight,
                         depth,
                         whole_request,
+                        // Parts are embedded whole here; the budget is a latency bound,
+                        // checked with `eval` (README, "Semantic search").
+                        token_budget: usize::MAX,
                     });
                 }
             }
@@ -300,10 +303,18 @@ fn score(set: &Set, fusion: Option<&Fusion>) -> Scores {
                 .map(|l| l[..l.len().min(n)].to_vec())
                 .collect(),
             Some(f) => {
-                let embedded = embedded_parts(f, &r.has_terms);
+                let whole = vec![0; r.has_terms.len()];
+                let embedded = embedded_parts(
+                    &Fusion {
+                        token_budget: usize::MAX,
+                        ..*f
+                    },
+                    &r.has_terms,
+                    &whole,
+                );
                 let semantic: Vec<Vec<(usize, f32)>> = (0..r.semantic.len())
                     .map(|i| {
-                        if embedded.contains(&i) {
+                        if embedded.iter().any(|e| e.0 == i) {
                             r.semantic[i].clone()
                         } else {
                             Vec::new()

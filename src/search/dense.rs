@@ -40,9 +40,14 @@ impl Dense {
         &self.model
     }
 
-    /// The vectors of `queries`, one row each.
-    pub fn embed(&self, queries: &[&str]) -> Result<Vec<f32>> {
-        self.model.embed_queries(queries)
+    /// The vectors of `queries`, one row each, each cut to its `limits` tokens.
+    pub fn embed(&self, queries: &[&str], limits: &[usize]) -> Result<Vec<f32>> {
+        self.model.embed_queries_cut(queries, limits)
+    }
+
+    /// The tokens each query becomes.
+    pub fn token_counts(&self, queries: &[&str]) -> Result<Vec<usize>> {
+        self.model.query_token_counts(queries)
     }
 
     /// The best `n` tools for one query vector, as (ord, cosine), best first; ties go to

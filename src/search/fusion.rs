@@ -28,7 +28,14 @@ pub struct Fusion {
     /// Whether the whole of a request of several sentences is embedded too, not only its
     /// sentences.
     pub whole_request: bool,
+    /// Tokens a search may embed (special tokens included): the encoder's work grows with
+    /// them, and a request's parts past the budget are ranked lexically alone.
+    pub token_budget: usize,
 }
+
+/// A part left with fewer tokens of the budget than this is not embedded: a few words cut
+/// from a sentence's start say too little to rank by.
+pub const MIN_PART_TOKENS: usize = 8;
 
 /// Tuned leave-one-set-out (README): k 5 was chosen on three sets for three of the four
 /// folds, with equal weights; embedding the whole of a multi-sentence request besides its
@@ -39,7 +46,14 @@ pub const FUSION: Fusion = Fusion {
     semantic_weight: 1.0,
     depth: 50,
     whole_request: false,
+    token_budget: TOKEN_BUDGET,
 };
+
+/// Chosen for latency, then checked on the four sets (README, "Semantic search"): 48
+/// tokens keep a query's embedding near 15 ms on one core of this machine, cover the
+/// whole of 90% of single-sentence requests, and cost sealtools' long multi-part requests
+/// little because their lexical ranking is already strong.
+pub const TOKEN_BUDGET: usize = 48;
 
 /// The ranking of each part of a request (`parts[0]` the whole), lexical and semantic
 /// fused, `n` deep. If the query cannot be embedded (a bug, not bad input), the lexical
@@ -54,9 +68,15 @@ pub(super) fn rank_parts(
     let depth = n.max(f.depth);
     let lexical: Vec<Vec<(usize, f32)>> = parts.iter().map(|p| index.ranked(p, depth)).collect();
     let has_terms: Vec<bool> = parts.iter().map(|p| index.has_terms(p)).collect();
-    let embedded = embedded_parts(&f, &has_terms);
-    let texts: Vec<&str> = embedded.iter().map(|&i| parts[i]).collect();
-    let vectors = match dense.embed(&texts) {
+    let embedded = dense.token_counts(parts).map(|tokens| {
+        let embedded = embedded_parts(&f, &has_terms, &tokens);
+        let texts: Vec<&str> = embedded.iter().map(|&(i, _)| parts[i]).collect();
+        let limits: Vec<usize> = embedded.iter().map(|&(_, l)| l).collect();
+        (embedded, texts, limits)
+    });
+    let vectors = embedded
+        .and_then(|(embedded, texts, limits)| dense.embed(&texts, &limits).map(|v| (embedded, v)));
+    let (embedded, vectors) = match vectors {
         Ok(v) => v,
         Err(e) => {
             tracing::error!("semantic search skipped: {e}");
@@ -64,20 +84,34 @@ pub(super) fn rank_parts(
         }
     };
     let mut semantic = vec![Vec::new(); parts.len()];
-    for (row, &i) in embedded.iter().enumerate() {
+    for (row, &(i, _)) in embedded.iter().enumerate() {
         semantic[i] = dense.top(&vectors[row * dense.dim()..(row + 1) * dense.dim()], depth);
     }
     fuse_parts(&f, &lexical, &semantic, n)
 }
 
-/// The parts of a request that are embedded, given whether each has a usable term: each
-/// that has one (a query of stop words alone ranks nothing, as in lexical search), and
-/// the whole of a request of several sentences only when `f.whole_request` says so.
-pub fn embedded_parts(f: &Fusion, has_terms: &[bool]) -> Vec<usize> {
+/// The parts of a request that are embedded, and the tokens each may use, given whether
+/// each has a usable term and how many tokens it is: each that has a term (a query of
+/// stop words alone ranks nothing, as in lexical search), the whole of a request of
+/// several sentences only when `f.whole_request` says so, in order, each within what is
+/// left of `f.token_budget` (the last one cut to fit, none given fewer than
+/// [`MIN_PART_TOKENS`]).
+pub fn embedded_parts(f: &Fusion, has_terms: &[bool], tokens: &[usize]) -> Vec<(usize, usize)> {
     let several = has_terms.len() > 1;
-    (0..has_terms.len())
-        .filter(|&i| has_terms[i] && (f.whole_request || !several || i > 0))
-        .collect()
+    let mut left = f.token_budget;
+    let mut out = Vec::new();
+    for (i, &usable) in has_terms.iter().enumerate() {
+        if !usable || (several && i == 0 && !f.whole_request) {
+            continue;
+        }
+        if left < MIN_PART_TOKENS {
+            break;
+        }
+        let take = tokens.get(i).copied().unwrap_or(0).min(left);
+        left -= take;
+        out.push((i, take));
+    }
+    out
 }
 
 /// Each part's lexical and semantic rankings fused, `n` deep.
@@ -133,6 +167,7 @@ mod tests {
             semantic_weight: 1.0,
             depth: 10,
             whole_request: true,
+            token_budget: 100,
         };
         let lexical = [(1, 9.0), (2, 8.0), (3, 7.0)];
         let semantic = [(3, 0.9), (4, 0.8), (1, 0.7)];
@@ -145,5 +180,39 @@ mod tests {
             ..f
         };
         assert_eq!(fuse(&heavy, &lexical, &semantic, 1)[0].0, 3);
+    }
+
+    #[test]
+    fn the_budget_takes_parts_in_order_and_cuts_the_last() {
+        let f = Fusion {
+            token_budget: 40,
+            ..FUSION
+        };
+        // The whole request (part 0) is not embedded when it has sentences; part 2 has no
+        // usable term.
+        let has = [true, true, false, true, true];
+        assert_eq!(
+            embedded_parts(&f, &has, &[90, 20, 10, 15, 30]),
+            [(1, 20), (3, 15)],
+            "5 tokens left are fewer than a part's minimum"
+        );
+        assert_eq!(
+            embedded_parts(&f, &has, &[60, 20, 10, 12, 30]),
+            [(1, 20), (3, 12), (4, 8)],
+            "the last part is cut to what is left"
+        );
+        assert_eq!(
+            embedded_parts(&f, &[true], &[70]),
+            [(0, 40)],
+            "a single long request is cut, not dropped"
+        );
+        let whole = Fusion {
+            whole_request: true,
+            ..f
+        };
+        assert_eq!(
+            embedded_parts(&whole, &has, &[30, 20, 10, 15, 30]),
+            [(0, 30), (1, 10)]
+        );
     }
 }

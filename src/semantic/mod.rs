@@ -38,6 +38,24 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// catalog keeps its own vectors; this only spares rebuilt catalogs the embedding).
 const MAX_MEMORY_VECTORS: usize = 100_000;
 
+/// Makes every matrix product of the encoder run on the thread that asks for it, so a
+/// search's query costs one core and a catalog's texts are embedded a batch per core
+/// ([`encoder`]). candle splits each product among `RAYON_NUM_THREADS` threads, reading
+/// that variable at every product (and, when it is unset, `/proc/cpuinfo` too: about 48
+/// reads per query); its threads then wait for one another at every product, which on a
+/// loaded machine made a query 1.7 times slower than one thread (README, "Semantic
+/// search"). A value the user set is kept.
+///
+/// # Safety
+/// Call before any other thread exists (first thing in `main`): it sets an environment
+/// variable.
+pub unsafe fn pin_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // SAFETY: the caller promises no other thread runs yet.
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
+    }
+}
+
 /// A loaded model; see the module doc. Shared by every catalog of a process
 /// ([`Model::shared`]).
 pub struct Model {
@@ -150,11 +168,26 @@ impl Model {
     /// One vector per query, `dim` floats each, in order; never cached (a query is new
     /// each time).
     pub fn embed_queries(&self, texts: &[&str]) -> Result<Vec<f32>> {
-        let texts: Vec<String> = texts
+        self.embed_queries_cut(texts, &vec![usize::MAX; texts.len()])
+    }
+
+    /// As [`Model::embed_queries`], each query cut to its `limits` tokens at most (as
+    /// [`Model::query_token_counts`] counts them): what one search may spend is bounded.
+    pub fn embed_queries_cut(&self, texts: &[&str], limits: &[usize]) -> Result<Vec<f32>> {
+        self.encoder.embed_cut(&self.query_texts(texts), limits)
+    }
+
+    /// The tokens each query becomes (prefix and special tokens included): the encoder's
+    /// work grows with them.
+    pub fn query_token_counts(&self, texts: &[&str]) -> Result<Vec<usize>> {
+        self.encoder.token_counts(&self.query_texts(texts))
+    }
+
+    fn query_texts(&self, texts: &[&str]) -> Vec<String> {
+        texts
             .iter()
             .map(|t| format!("{}{t}", self.query_prefix))
-            .collect();
-        self.encoder.embed(&texts, &mut |_| {})
+            .collect()
     }
 
     /// One vector per tool text, `dim` floats each, in order: from memory, else from the
@@ -233,8 +266,9 @@ impl Model {
         texts: &[String],
         cache: Option<&std::path::Path>,
     ) -> Result<Vec<f32>> {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         if texts.len() < PROGRESS_MIN_TEXTS {
-            return self.encoder.embed(texts, &mut |_| {});
+            return self.encoder.embed(texts, workers, &|_| {});
         }
         let total = texts.len();
         let kept = match cache {
@@ -246,10 +280,11 @@ impl Model {
             self.name
         );
         let started = Instant::now();
-        let mut last = started;
-        let vectors = self.encoder.embed(texts, &mut |done| {
+        let last = Mutex::new(started);
+        let vectors = self.encoder.embed(texts, workers, &|done| {
+            let mut last = last.lock();
             if last.elapsed() >= PROGRESS_EVERY && done < total {
-                last = Instant::now();
+                *last = Instant::now();
                 eprintln!(
                     "toolsearch: embedded {done}/{total} ({:.0}%)",
                     100.0 * done as f64 / total as f64

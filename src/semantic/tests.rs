@@ -355,3 +355,32 @@ fn the_content_hash_follows_the_files_not_the_path() {
     });
     assert_ne!(load(&changed).key(), model().key());
 }
+
+#[test]
+fn a_query_cut_to_a_budget_is_the_query_of_its_first_tokens() {
+    let m = model();
+    let long = "list the open pull requests of this repository";
+    let head = "list the open pull";
+    assert_eq!(m.query_token_counts(&[head, long]).unwrap(), [6, 10]);
+    let cut = m.embed_queries_cut(&[long], &[6]).unwrap();
+    let whole_head = m.embed_queries(&[head]).unwrap();
+    for (a, b) in cut.iter().zip(&whole_head) {
+        assert!(
+            (a - b).abs() < 1e-5,
+            "the cut keeps [CLS] + 4 words + [SEP]"
+        );
+    }
+    // In one batch with an uncut text, each row is as if alone.
+    let both = m
+        .embed_queries_cut(&[long, long], &[6, usize::MAX])
+        .unwrap();
+    let alone = m.embed_queries(&[long]).unwrap();
+    for (a, b) in both[..384].iter().zip(&whole_head) {
+        assert!((a - b).abs() < 1e-5);
+    }
+    for (a, b) in both[384..].iter().zip(&alone) {
+        assert!((a - b).abs() < 1e-5);
+    }
+    // A limit under two still keeps [CLS] and [SEP].
+    assert_eq!(m.embed_queries_cut(&[long], &[0]).unwrap().len(), 384);
+}
