@@ -168,13 +168,25 @@ const STOP_WORDS: &[&str] = &[
     "yourselves",
 ];
 
+/// What is left of an English contraction once the apostrophe splits it ("I'm" -> `i`,
+/// `m`; "don't" -> `don`, `t`; "it's" -> `it`, `s`). Never a word about a tool, but as rare
+/// single letters they score high against any tool text that happens to hold them
+/// (ToolLens R@5 +0.2; no set lost).
+const CONTRACTION_FRAGMENTS: &[&str] = &[
+    "s", "t", "m", "d", "re", "ve", "ll", "don", "doesn", "didn", "isn", "aren", "wasn", "weren",
+    "haven", "hasn", "hadn", "couldn", "wouldn", "shouldn", "mustn",
+];
+
 /// Builds the analyzer used for indexing and for queries.
 pub fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(IdentifierTokenizer)
         .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
         .filter(LowerCaser)
         .filter(StopWordFilter::remove(
-            STOP_WORDS.iter().map(|w| w.to_string()),
+            STOP_WORDS
+                .iter()
+                .chain(CONTRACTION_FRAGMENTS)
+                .map(|w| w.to_string()),
         ))
         .filter(Stemmer::new(Language::English))
         .build()
@@ -322,6 +334,14 @@ mod tests {
             ["find", "run", "meet"]
         );
         assert!(t("the of and").is_empty());
+    }
+
+    #[test]
+    fn contractions_leave_no_fragments() {
+        assert_eq!(
+            t("I'm sure it's the user's, don't ask"),
+            ["sure", "user", "ask"]
+        );
     }
 
     #[test]
