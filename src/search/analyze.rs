@@ -198,6 +198,13 @@ const REQUEST_DISCOURSE: &[&str] = &[
     "various",
 ];
 
+/// The scaffolding of a web address: a request that names a site ("on www.google.com")
+/// otherwise matches every tool whose text holds some other address. The words that tell
+/// sites apart stay (`google`, `github`), and so do `http`/`https` (a protocol some tools
+/// speak), `org` (a GitHub organisation) and `html` (a format tools convert). (toollens R@5
+/// +0.2, metatool +0.01, the others unchanged.)
+const URL_SCAFFOLDING: &[&str] = &["www", "com"];
+
 /// Builds the analyzer used for indexing and for queries.
 pub fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(IdentifierTokenizer)
@@ -208,6 +215,7 @@ pub fn analyzer() -> TextAnalyzer {
                 .iter()
                 .chain(CONTRACTION_FRAGMENTS)
                 .chain(REQUEST_DISCOURSE)
+                .chain(URL_SCAFFOLDING)
                 .map(|w| w.to_string()),
         ))
         .filter(Stemmer::new(Language::English))
@@ -364,6 +372,11 @@ mod tests {
             t("Could you provide the forecast, specifically including rain? Finally, book it."),
             ["forecast", "rain", "book"]
         );
+    }
+
+    #[test]
+    fn web_addresses_keep_only_their_names() {
+        assert_eq!(t("https://www.github.com/org"), ["https", "github", "org"]);
     }
 
     #[test]
