@@ -232,6 +232,24 @@ pub fn terms(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     out
 }
 
+/// The words of `text`, analyzed, one per position: a camelCase word's joined form
+/// (`github` of `GitHub`), which shares its first part's position, is an alias of its
+/// parts and left out.
+pub fn part_terms(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
+    let mut stream = analyzer.token_stream(text);
+    let mut out = Vec::new();
+    let mut last = None;
+    while stream.advance() {
+        let token = stream.token();
+        if last.is_some_and(|p| token.position <= p) {
+            continue;
+        }
+        last = Some(token.position);
+        out.push(token.text.clone());
+    }
+    out
+}
+
 /// Splits on non-alphanumerics and camelCase; see the module doc.
 #[derive(Clone, Default)]
 pub struct IdentifierTokenizer;
@@ -355,6 +373,19 @@ mod tests {
             ["http", "server", "httpserver", "start"]
         );
         assert_eq!(t("GitHub"), ["git", "hub", "github"]);
+    }
+
+    #[test]
+    fn part_terms_leave_out_joined_forms() {
+        let mut a = analyzer();
+        assert_eq!(
+            part_terms(&mut a, "listPullRequests"),
+            ["list", "pull", "request"]
+        );
+        assert_eq!(
+            part_terms(&mut a, "the_GitHub_tool"),
+            ["git", "hub", "tool"]
+        );
     }
 
     #[test]

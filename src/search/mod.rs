@@ -128,7 +128,8 @@ pub const FIELD_WEIGHTS: Weights = Weights {
 };
 
 /// Weight of the name field, scored on its own beside the combined text, so a word of the
-/// name beats the same word repeated in a long description.
+/// name beats the same word repeated in a long description. Its score grows with the share
+/// of the name the query says (see [`score`]).
 pub const NAME_BOOST: f32 = 1.0;
 
 #[derive(Debug, Clone, Copy)]
@@ -220,6 +221,7 @@ impl SearchIndex {
         let boilerplate = boilerplate_params(docs);
         let w = FIELD_WEIGHTS;
         let mut lengths = Vec::with_capacity(docs.len());
+        let mut name_words = Vec::with_capacity(docs.len());
         let mut batch = Vec::with_capacity(INDEX_BATCH.min(docs.len()));
         for (ord, d) in docs.iter().enumerate() {
             let (param_names, params): (Vec<&str>, Vec<&str>) = d
@@ -251,6 +253,7 @@ impl SearchIndex {
                 }
             }
             lengths.push([text_terms.len() as u32, name_terms.len() as u32]);
+            name_words.push(analyze::part_terms(&mut analyzer, &d.name));
             let mut doc = tantivy::TantivyDocument::default();
             doc.add_u64(ord_field, ord as u64);
             doc.add_text(text_field, text_terms.join(" "));
@@ -272,6 +275,7 @@ impl SearchIndex {
             ord_field,
             [text_field, name_field],
             &lengths,
+            &name_words,
         )?;
 
         let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
@@ -516,6 +520,22 @@ mod tests {
     fn name_matches_outweigh_repeated_description_words() {
         let hits = index().search("create issue", 3);
         assert_eq!(hits[0].ord, 0, "{hits:?}");
+    }
+
+    #[test]
+    fn names_count_by_the_share_of_them_a_query_says() {
+        // Alike for BM25: one name word matched, same lengths. But "list" is in most names
+        // and "close" in one, so "issues" says more of `list_issues` than of `close_issues`.
+        let idx = SearchIndex::build(&[
+            doc("c", "close_issues", "Issues of a repository"),
+            doc("l", "list_issues", "Issues of a repository"),
+            doc("r", "list_repos", "Repositories of a user"),
+            doc("u", "list_users", "Users of an organisation"),
+        ])
+        .unwrap();
+        let hits = idx.search("issues", 2);
+        assert_eq!(hits[0].ord, 1, "{hits:?}");
+        assert!(hits[0].score > hits[1].score, "{hits:?}");
     }
 
     #[test]
