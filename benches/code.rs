@@ -344,8 +344,8 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
         median(ratios)
     );
 
-    // Back-to-back tool_search_code calls through mcp serve (spares as configured: 4, up
-    // to 8 in a burst), after 2 s idle so the pool is at rest when the burst starts.
+    // Back-to-back tool_search_code calls through mcp serve (spares as configured: 8, up
+    // to 16 in a burst), after 2 s idle so the pool is at rest when the burst starts.
     let burst = mcp_serve_burst(20, Duration::from_secs(2));
     let mut sorted = burst.clone();
     sorted.sort_by(f64::total_cmp);

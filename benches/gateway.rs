@@ -1,6 +1,8 @@
 //! The gateway's own overhead per turn: a turn through the gateway (tools mode, the mock
 //! provider answering at once) minus the same provider request sent straight to the mock,
-//! both in this process over loopback HTTP. `cargo bench --bench gateway` prints a table.
+//! both in this process over loopback HTTP, not streamed and streamed (the client streams,
+//! so the gateway streams from the provider too). `cargo bench --bench gateway` prints a
+//! table.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -56,38 +58,41 @@ fn main() {
 
         let http = reqwest::Client::new();
         let n = 400;
-        let (mut through, mut straight) = (Vec::new(), Vec::new());
-        for i in 0..(n + 40) {
-            let started = Instant::now();
-            let r = http
-                .post(format!("{gw_url}/v1/responses"))
-                .json(&json!({"input": "hello there", "metadata": {"session_key": format!("bench-{i}")}}))
-                .send()
-                .await
-                .expect("turn");
-            assert!(r.status().is_success());
-            let _ = r.bytes().await;
-            let t = started.elapsed().as_secs_f64() * 1e3;
-            let started = Instant::now();
-            let r = http
-                .post(format!("{mock_url}/v1/responses"))
-                .json(&json!({"model": "m", "input": [{"role": "user", "content": "hello there"}]}))
-                .send()
-                .await
-                .expect("mock");
-            let _ = r.bytes().await;
-            let s = started.elapsed().as_secs_f64() * 1e3;
-            if i >= 40 {
-                through.push(t);
-                straight.push(s);
-            }
-        }
-        let (t50, s50) = (percentile(&mut through, 0.5), percentile(&mut straight, 0.5));
         println!("| measure | p50 (ms) | p95 (ms) |");
         println!("|---|---:|---:|");
-        println!("| turn through the gateway (tools mode, one provider round trip) | {t50:.2} | {:.2} |", percentile(&mut through, 0.95));
-        println!("| the provider request alone, straight to the mock | {s50:.2} | {:.2} |", percentile(&mut straight, 0.95));
-        println!("| gateway overhead per turn | {:.2} | |", t50 - s50);
+        for stream in [false, true] {
+            let what = if stream { "streamed" } else { "not streamed" };
+            let (mut through, mut straight) = (Vec::new(), Vec::new());
+            for i in 0..(n + 40) {
+                let started = Instant::now();
+                let r = http
+                    .post(format!("{gw_url}/v1/responses"))
+                    .json(&json!({"input": "hello there", "stream": stream, "metadata": {"session_key": format!("bench-{stream}-{i}")}}))
+                    .send()
+                    .await
+                    .expect("turn");
+                assert!(r.status().is_success());
+                let _ = r.bytes().await;
+                let t = started.elapsed().as_secs_f64() * 1e3;
+                let started = Instant::now();
+                let r = http
+                    .post(format!("{mock_url}/v1/responses"))
+                    .json(&json!({"model": "m", "input": [{"role": "user", "content": "hello there"}], "stream": stream}))
+                    .send()
+                    .await
+                    .expect("mock");
+                let _ = r.bytes().await;
+                let s = started.elapsed().as_secs_f64() * 1e3;
+                if i >= 40 {
+                    through.push(t);
+                    straight.push(s);
+                }
+            }
+            let (t50, s50) = (percentile(&mut through, 0.5), percentile(&mut straight, 0.5));
+            println!("| turn through the gateway, {what} (tools mode, one provider round trip) | {t50:.2} | {:.2} |", percentile(&mut through, 0.95));
+            println!("| the provider request alone, {what}, straight to the mock | {s50:.2} | {:.2} |", percentile(&mut straight, 0.95));
+            println!("| gateway overhead per turn, {what} | {:.2} | |", t50 - s50);
+        }
         gw.shutdown();
         stop.cancel();
         let _ = std::fs::remove_dir_all(&state);

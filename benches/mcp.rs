@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolsearch::catalog::{Sources, Upstream};
+use toolsearch::catalog::{Local, Sources, Upstream};
 use toolsearch::code;
 use toolsearch::config::Config;
 use toolsearch::dispatch::{CallRequest, DispatcherBuilder};
@@ -115,11 +115,11 @@ fn main() {
         for _ in 0..7 {
             let started = Instant::now();
             let hub = Hub::start(&config.mcp).await;
-            let sources = Sources {
-                config: config.clone(),
-                local: Vec::new(),
-                upstream: Some(Arc::clone(&hub) as Arc<dyn Upstream>),
-            };
+            let sources = Sources::new(
+                config.clone(),
+                Local::from_descriptors(Vec::new()),
+                Some(Arc::clone(&hub) as Arc<dyn Upstream>),
+            );
             let catalog = sources.build().expect("catalog");
             catalog_ms.push(started.elapsed().as_secs_f64() * 1e3);
             assert!(hub.status().iter().all(|s| s.up), "{:?}", hub.status());
@@ -131,11 +131,11 @@ fn main() {
 
         // One host for the calls.
         let hub = Hub::start(&config.mcp).await;
-        let sources = Arc::new(Sources {
-            config: config.clone(),
-            local: Vec::new(),
-            upstream: Some(Arc::clone(&hub) as Arc<dyn Upstream>),
-        });
+        let sources = Arc::new(Sources::new(
+            config.clone(),
+            Local::from_descriptors(Vec::new()),
+            Some(Arc::clone(&hub) as Arc<dyn Upstream>),
+        ));
         let live = Arc::clone(&sources).live().expect("catalog");
         let dispatcher = Arc::new(
             DispatcherBuilder::live(live)

@@ -9,10 +9,13 @@
 //! else a "tool not found" result the model reads. Whatever runs goes through the one
 //! dispatch path. A batch runs in parallel unless a tool in it is `sequential`; then the
 //! whole batch runs in order.
+//!
+//! The answer is the text of every round, joined by a blank line; a client that streams
+//! gets it as the provider sends it ([`TextStream`]). The client's options
+//! ([`RequestOptions`]) go to the model each round, its tool choice mapped onto the surface
+//! ([`Agent::tool_choice`]).
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,10 +27,16 @@ use crate::catalog::{BatchQuery, ExecutionMode};
 use crate::config::Mode;
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
-use crate::provider::{ToolCall, ToolSpec};
+use crate::provider::{RequestOptions, ToolCall, ToolChoice, Usage};
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
+
+mod model;
+pub use model::{
+    Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture, ROUND_SEPARATOR,
+    TextStream,
+};
 
 /// One message of the conversation, provider-neutral.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,26 +57,38 @@ pub enum Message {
     },
 }
 
-/// What the model is sent each round.
-#[derive(Debug, Clone)]
-pub struct ModelRequest {
-    pub system: String,
-    pub tools: Vec<ToolSpec>,
-    pub messages: Vec<Message>,
+/// What a turn is run with besides the conversation.
+#[derive(Debug, Clone, Default)]
+pub struct TurnOptions {
+    pub options: RequestOptions,
+    pub text: Option<TextStream>,
 }
 
-/// What the model answered.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelReply {
-    pub text: String,
-    pub tool_calls: Vec<ToolCall>,
+/// Why a turn failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnError {
+    Provider(ModelError),
+    RoundLimit(usize),
 }
 
-pub type ModelFuture<'a> = Pin<Box<dyn Future<Output = Result<ModelReply, String>> + Send + 'a>>;
+impl TurnError {
+    /// The crate error it is, for its code and message.
+    pub fn as_error(&self) -> Error {
+        match self {
+            TurnError::Provider(e) => Error::Provider(e.message.clone()),
+            TurnError::RoundLimit(n) => Error::RoundLimit(*n),
+        }
+    }
 
-/// A model: a provider client, the mock provider, or a script in tests.
-pub trait Model: Send + Sync {
-    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a>;
+    pub fn code(&self) -> &'static str {
+        self.as_error().code()
+    }
+}
+
+impl std::fmt::Display for TurnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_error().fmt(f)
+    }
 }
 
 /// Why a turn ended.
@@ -97,6 +118,7 @@ pub struct CallRecord {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnOutcome {
+    /// The answer: every round's text, joined by [`ROUND_SEPARATOR`].
     pub text: String,
     pub stop: Stop,
     pub rounds: usize,
@@ -104,6 +126,8 @@ pub struct TurnOutcome {
     pub messages: Vec<Message>,
     /// Calls of client tools, for the client to run (with `Stop::ClientTools`).
     pub pending: Vec<ToolCall>,
+    /// Tokens of every round, when the provider counted them.
+    pub usage: Option<Usage>,
 }
 
 /// Runs turns for one session against one surface.
@@ -249,42 +273,87 @@ impl Agent {
         (out.text, out.is_error)
     }
 
-    /// Runs one turn: `prompt` and `history` to the model, tool calls until it is done.
+    /// The client's tool choice for `round` on this surface. A tool the surface declares
+    /// stays named; one behind it (a catalog tool) becomes `tool_search_code` in code mode,
+    /// else any tool. A forced choice holds for the first round only: the later rounds must
+    /// be free to answer.
+    pub fn tool_choice(&self, choice: &ToolChoice, round: usize) -> ToolChoice {
+        let declares = |name: &str| self.surface.tools.iter().any(|t| t.name == name);
+        match choice {
+            ToolChoice::Required | ToolChoice::Tool(_) if round > 1 => ToolChoice::Auto,
+            ToolChoice::Tool(name) if declares(name) => ToolChoice::Tool(name.clone()),
+            ToolChoice::Tool(_) if declares(surface::TOOL_SEARCH_CODE) => {
+                ToolChoice::Tool(surface::TOOL_SEARCH_CODE.to_string())
+            }
+            ToolChoice::Tool(_) => ToolChoice::Required,
+            other => other.clone(),
+        }
+    }
+
+    /// Runs one turn: the conversation (ending with the new input: a user message or the
+    /// results of client tools) to the model, tool calls until it is done.
     pub async fn run_turn(
         self: &Arc<Self>,
         model: &dyn Model,
         system: &str,
-        history: Vec<Message>,
-        prompt: &str,
+        messages: Vec<Message>,
+        options: TurnOptions,
         abort: CancellationToken,
-    ) -> Result<TurnOutcome, Error> {
+    ) -> Result<TurnOutcome, TurnError> {
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut messages = history;
-        messages.push(Message::User {
-            content: prompt.to_string(),
-        });
+        let mut messages = messages;
+        let for_round = |round: usize| {
+            let mut o = options.options.clone();
+            o.tool_choice = o.tool_choice.map(|c| self.tool_choice(&c, round));
+            Arc::new(o)
+        };
+        let (first, later) = (for_round(1), for_round(2));
+        let text_out = options.text;
+        let mut answer = String::new();
+        let mut usage: Option<Usage> = None;
         let mut calls = Vec::new();
         for round in 1..=self.max_rounds {
             if abort.is_cancelled() {
-                return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
+            }
+            if let Some(out) = &text_out
+                && !answer.is_empty()
+            {
+                out.separate_next();
             }
             let request = ModelRequest {
                 system: system.to_string(),
                 tools: self.surface.tools.clone(),
                 messages: messages.clone(),
+                options: Arc::clone(if round == 1 { &first } else { &later }),
+                text: text_out.clone(),
             };
             let reply = tokio::select! {
-                r = model.respond(&request) => r.map_err(Error::Provider)?,
+                r = model.respond(&request) => r.map_err(TurnError::Provider)?,
                 _ = abort.cancelled() => {
-                    return Ok(self.finish(String::new(), Stop::Aborted, round - 1, calls, messages));
+                    return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
                 }
             };
+            if let Some(u) = reply.usage {
+                usage.get_or_insert_default().add(u);
+            }
+            if let Some(out) = &text_out
+                && !reply.streamed
+            {
+                out.send(&reply.text).await;
+            }
+            if !reply.text.is_empty() {
+                if !answer.is_empty() {
+                    answer.push_str(ROUND_SEPARATOR);
+                }
+                answer.push_str(&reply.text);
+            }
             messages.push(Message::Assistant {
                 content: reply.text.clone(),
                 tool_calls: reply.tool_calls.clone(),
             });
             if reply.tool_calls.is_empty() {
-                return Ok(self.finish(reply.text, Stop::Answered, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Answered, round, calls, messages, usage));
             }
             let outcomes = self
                 .run_batch(&reply.tool_calls, &format!("turn{turn}-r{round}"), &abort)
@@ -316,21 +385,28 @@ impl Agent {
                 });
             }
             if !pending.is_empty() {
-                let mut out = self.finish(reply.text, Stop::ClientTools, round, calls, messages);
+                let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages, usage);
                 out.pending = pending;
                 return Ok(out);
             }
             if abort.is_cancelled() {
-                return Ok(self.finish(reply.text, Stop::Aborted, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Aborted, round, calls, messages, usage));
             }
             if all_terminate {
-                return Ok(self.finish(reply.text, Stop::Terminated, round, calls, messages));
+                return Ok(self.finish(answer, Stop::Terminated, round, calls, messages, usage));
             }
             if stop_after {
-                return Ok(self.finish(reply.text, Stop::StopAfterBatch, round, calls, messages));
+                return Ok(self.finish(
+                    answer,
+                    Stop::StopAfterBatch,
+                    round,
+                    calls,
+                    messages,
+                    usage,
+                ));
             }
         }
-        Err(Error::RoundLimit(self.max_rounds))
+        Err(TurnError::RoundLimit(self.max_rounds))
     }
 
     fn finish(
@@ -340,6 +416,7 @@ impl Agent {
         rounds: usize,
         calls: Vec<CallRecord>,
         messages: Vec<Message>,
+        usage: Option<Usage>,
     ) -> TurnOutcome {
         self.dispatcher.log().event(
             "turn",
@@ -352,6 +429,7 @@ impl Agent {
             calls,
             messages,
             pending: Vec::new(),
+            usage,
         }
     }
 

@@ -207,9 +207,22 @@ pub fn gateway(options: Options, listen: &str, announce: &dyn Fn(&str)) -> Resul
     };
     let host = Arc::new(Host::load(options)?);
     runtime.block_on(async {
-        let listener = host::bind(listen).await?;
+        // The provider's config and key are checked before anything listens: a gateway
+        // that cannot answer never says it is listening.
+        let started = async {
+            let gateway = crate::gateway::server::Gateway::for_host(Arc::clone(&host))?;
+            let listener = host::bind(listen).await?;
+            Ok::<_, Error>((gateway, listener))
+        };
+        let (gateway, listener) = match started.await {
+            Ok(s) => s,
+            Err(e) => {
+                host.stop().await;
+                return Err(e);
+            }
+        };
         announce(&format!("listening on http://{}\n", local_addr(&listener)?));
-        crate::gateway::server::Gateway::run(host, listener, stop).await
+        gateway.run(listener, stop).await
     })
 }
 
@@ -277,11 +290,13 @@ pub fn mock_provider(
 }
 
 /// `qa tool-search-gateway-e2e`: direct against tool search through the gateway and the
-/// mock provider, with `tools` fake plugin tools; fails when a check fails.
-pub fn qa(tools: usize) -> Result<Output> {
+/// mock provider, with `tools` fake plugin tools, the gateways speaking `provider` to the
+/// mock; fails when a check fails.
+pub fn qa(tools: usize, provider: &str) -> Result<Output> {
+    let provider = Provider::parse(provider)?;
     let bin = std::env::current_exe()
         .map_err(|e| Error::Usage(format!("cannot find this program: {e}")))?;
-    let report = host::runtime()?.block_on(crate::qa::run(&bin, tools))?;
+    let report = host::runtime()?.block_on(crate::qa::run(&bin, tools, provider))?;
     let pass = report.pass;
     Ok(Output::of(&report, crate::qa::table(&report)).failed_if(!pass))
 }
@@ -308,10 +323,12 @@ pub fn doctor(options: Options) -> Result<Output> {
     })
 }
 
-/// `eval`: retrieval quality of the search on a labelled data set. Needs no config or agent
-/// catalog: it indexes the data set alone.
-pub fn eval(catalog: &Path, queries: &Path, k: &[usize]) -> Result<Output> {
-    let r = crate::eval::run(catalog, queries, k)?;
+/// `eval`: retrieval quality of the search on a labelled data set. It indexes the data set
+/// alone (no agent catalog), ranked as the config says: lexical, or hybrid with the
+/// `[search.semantic]` model.
+pub fn eval(options: Options, catalog: &Path, queries: &Path, k: &[usize]) -> Result<Output> {
+    let config = Config::load(options.config.as_deref())?;
+    let r = crate::eval::run(&config, catalog, queries, k)?;
     let name = catalog
         .parent()
         .and_then(|p| p.file_name())

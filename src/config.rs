@@ -41,11 +41,14 @@
 //! tools = ["calendar", "openclaw:tickets:*"]
 //! aliases = ["plan"]
 //!
+//! [search.semantic]                      # optional: a local embedding model fused with
+//! model = "models/all-MiniLM-L6-v2"        # the lexical ranking (relative to this file)
+//!
 //! [sandbox]
 //! node = "/usr/bin/node"                   # else TOOLSEARCH_NODE, else node on PATH
 //! strict = false                           # a barrier the host refuses is fatal
-//! spares = 4                               # children kept ready (gateway, mcp serve)
-//! max_spares = 8                           # a burst grows the pool up to this
+//! spares = 8                               # children kept ready (gateway, mcp serve)
+//! max_spares = 16                          # a burst grows the pool up to this
 //!
 //! [[approvals]]                            # calls to these need an approval
 //! tools = ["openclaw:*:delete_*"]
@@ -204,18 +207,63 @@ pub struct AuthConfig {
     pub profiles: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
     #[serde(default)]
     pub paths: Vec<PathBuf>,
+    /// Keep the planned catalog and its index in this user's cache between runs
+    /// (`catalog::store`); `false` plans and indexes in every process.
+    #[serde(default = "yes")]
+    pub cache: bool,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            paths: Vec::new(),
+            cache: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[gateway]`: the responses the gateway keeps for `previous_response_id`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Responses kept at most (0: none is kept); the oldest go first.
+    #[serde(default = "default_stored_responses")]
+    pub stored_responses: usize,
+    /// How long a response is kept, in seconds.
+    #[serde(default = "default_stored_ttl_s")]
+    pub stored_ttl_s: u64,
+}
+
+fn default_stored_responses() -> usize {
+    1000
+}
+fn default_stored_ttl_s() -> u64 {
+    3600
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            stored_responses: default_stored_responses(),
+            stored_ttl_s: default_stored_ttl_s(),
+        }
+    }
 }
 
 /// `[provider]`: the model the gateway talks to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// `openai-responses` or `openai-completions`.
+    /// `openai-responses`, `openai-completions` or `anthropic`.
     #[serde(default = "default_provider_kind")]
     pub kind: String,
     /// Any compatible base URL (default: the mock provider's default address).
@@ -293,12 +341,15 @@ pub struct SandboxConfig {
     pub max_spares: usize,
 }
 
+/// Eight at rest: a start is CPU-bound (two at a time on two cores, 30–50 ms each), so a
+/// burst of back-to-back runs is served from what was ready before it began; with four, half
+/// of a burst of twenty waited for a start. Each costs about 10 MiB of private memory.
 fn default_spares() -> usize {
-    4
+    8
 }
 
 fn default_max_spares() -> usize {
-    8
+    16
 }
 
 impl Default for SandboxConfig {
@@ -310,6 +361,37 @@ impl Default for SandboxConfig {
             max_spares: default_max_spares(),
         }
     }
+}
+
+/// `[search]`: how search ranks beyond its lexical rules.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    /// A local sentence-embedding model whose ranking is fused with the lexical one; none
+    /// configured is lexical search alone.
+    #[serde(default)]
+    pub semantic: Option<SemanticConfig>,
+}
+
+/// `[search.semantic]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SemanticConfig {
+    /// A sentence-transformers folder (config.json, tokenizer.json, model.safetensors,
+    /// modules.json and its pooling config); relative to the config file.
+    pub model: PathBuf,
+    /// Put before every query, for models trained with one (e5: `"query: "`); default: the
+    /// folder's own `query` prompt, if it has one.
+    #[serde(default)]
+    pub query_prefix: Option<String>,
+    /// Put before every tool's text (e5: `"passage: "`); default: the folder's own
+    /// `document` or `passage` prompt, if it has one.
+    #[serde(default)]
+    pub document_prefix: Option<String>,
+    /// Keep tool embeddings on disk (`$XDG_CACHE_HOME/toolsearch/embeddings`), so a catalog
+    /// is embedded once, not in every process.
+    #[serde(default = "default_true")]
+    pub cache: bool,
 }
 
 /// `[[approvals]]`: calls to these tools need an approval.
@@ -408,7 +490,11 @@ struct RawConfig {
     #[serde(default)]
     provider: ProviderConfig,
     #[serde(default)]
+    gateway: GatewayConfig,
+    #[serde(default)]
     mcp: RawMcpConfig,
+    #[serde(default)]
+    search: SearchConfig,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -593,7 +679,10 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub surface: SurfaceConfig,
     pub provider: ProviderConfig,
+    pub gateway: GatewayConfig,
     pub mcp: McpConfig,
+    /// `[search]`, the model path resolved against the config file's folder.
+    pub search: SearchConfig,
 }
 
 impl Default for Config {
@@ -618,7 +707,9 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             surface: SurfaceConfig::default(),
             provider: ProviderConfig::default(),
+            gateway: GatewayConfig::default(),
             mcp: McpConfig::default(),
+            search: SearchConfig::default(),
         }
     }
 }
@@ -693,6 +784,7 @@ impl Config {
                 .into_iter()
                 .map(|p| if p.is_absolute() { p } else { base.join(p) })
                 .collect(),
+            cache: raw.catalog.cache,
         };
         for (phase, hooks) in [
             ("before_tool_call", &raw.hooks.before_tool_call),
@@ -718,6 +810,17 @@ impl Config {
             }
         }
         let mcp = mcp_config(raw.mcp, base).map_err(bad)?;
+        let mut search = raw.search;
+        if let Some(semantic) = &mut search.semantic {
+            if semantic.model.as_os_str().is_empty() {
+                return Err(bad(
+                    "search.semantic.model: is empty; name a sentence-transformers folder".into(),
+                ));
+            }
+            if semantic.model.is_relative() {
+                semantic.model = base.join(&semantic.model);
+            }
+        }
         Ok(Config {
             file: Some(path.to_path_buf()),
             tools: ToolsConfig {
@@ -759,7 +862,9 @@ impl Config {
             },
             surface: raw.surface,
             provider: raw.provider,
+            gateway: raw.gateway,
             mcp,
+            search,
         })
     }
 
@@ -1014,5 +1119,35 @@ enabled = false
             Some("twilio")
         );
         assert!(c.setting("voice.missing").is_none());
+    }
+
+    #[test]
+    fn semantic_search_takes_a_model_folder_relative_to_the_config() {
+        assert_eq!(parse("").unwrap().search.semantic, None);
+        let c = parse("[search.semantic]\nmodel = \"models/minilm\"\n").unwrap();
+        let s = c.search.semantic.unwrap();
+        assert_eq!(s.model, PathBuf::from("/etc/ts/models/minilm"));
+        assert!(s.cache);
+        assert_eq!(s.query_prefix, None);
+        let c =
+            parse("[search.semantic]\nmodel = \"/m\"\nquery_prefix = \"query: \"\ncache = false\n")
+                .unwrap();
+        let s = c.search.semantic.unwrap();
+        assert_eq!(s.model, PathBuf::from("/m"));
+        assert_eq!(s.query_prefix.as_deref(), Some("query: "));
+        assert!(!s.cache);
+        for (text, expect) in [
+            ("[search.semantic]\n", "model"),
+            (
+                "[search.semantic]\nmodel = \"\"\n",
+                "search.semantic.model: is empty",
+            ),
+            ("[search.semantic]\nmodel = \"m\"\nweight = 2\n", "weight"),
+            ("[search]\nsemantik = {}\n", "semantik"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.code(), "bad-config");
+            assert!(e.to_string().contains(expect), "{text}: {e}");
+        }
     }
 }

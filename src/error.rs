@@ -46,6 +46,12 @@ pub enum Error {
     #[error("{}: {message}", file.display())]
     BadConfig { file: PathBuf, message: String },
 
+    /// The configured embedding model (`[search.semantic] model`) cannot be loaded: a file
+    /// is missing or unreadable, or the model is not one this build can run. `file` is the
+    /// file at fault (or the folder).
+    #[error("embedding model {}: {message}", file.display())]
+    BadModel { file: PathBuf, message: String },
+
     /// Two entries of one source share a name.
     #[error(
         "duplicate tool name `{name}` in source `{source_id}`: defined in {first} and again in {second}"
@@ -177,6 +183,7 @@ impl Error {
         match self {
             Error::BadCatalog { .. } => "bad-catalog",
             Error::BadConfig { .. } => "bad-config",
+            Error::BadModel { .. } => "bad-model",
             Error::BadDataset { .. } => "bad-dataset",
             Error::DuplicateToolName { .. } => "duplicate-tool-name",
             Error::MissingExecutor { .. } => "missing-executor",
@@ -213,6 +220,7 @@ impl Error {
             | Error::RoundLimit(_) => 1,
             Error::BadCatalog { .. }
             | Error::BadConfig { .. }
+            | Error::BadModel { .. }
             | Error::BadDataset { .. }
             | Error::DuplicateToolName { .. }
             | Error::NameCollision { .. }

@@ -2,8 +2,10 @@
 //!
 //! Reads a data set (`catalog.jsonl`: `id, name, description, input_schema, server?`;
 //! `queries.jsonl`: `qid, query, gold, gold_any_of?`), indexes the catalog with exactly the
-//! production index and ranking ([`crate::catalog::index_doc`], [`SearchIndex`]), runs every
-//! query and reports recall@k, nDCG@5/10, MRR and search latency.
+//! production index and ranking ([`crate::catalog::index_doc`], [`SearchIndex`]) under the
+//! configuration every command reads — lexical, or hybrid with the `[search.semantic]`
+//! model — runs every query and reports recall@k, nDCG@5/10, MRR and search latency (for a
+//! hybrid run, the query's embedding included).
 //!
 //! Choices made here:
 //! - Data-set tools are indexed as trusted (`openclaw`) tools, source name = `server` or
@@ -23,8 +25,10 @@ use serde_json::Value;
 
 use crate::catalog::load::json_error_message;
 use crate::catalog::{Source, ToolDescriptor, index_doc, safe_name};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::search::SearchIndex;
+use crate::search::{IndexDoc, SearchIndex};
+use crate::semantic::Model;
 
 #[derive(Deserialize)]
 struct DatasetTool {
@@ -38,14 +42,15 @@ struct DatasetTool {
     server: Option<String>,
 }
 
+/// One labelled query of a data set.
 #[derive(Deserialize)]
-struct DatasetQuery {
-    query: String,
-    gold: Vec<String>,
+pub struct DatasetQuery {
+    pub query: String,
+    pub gold: Vec<String>,
     #[serde(default)]
-    gold_any_of: Vec<Vec<String>>,
+    pub gold_any_of: Vec<Vec<String>>,
     #[serde(default)]
-    subset: Option<String>,
+    pub subset: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -70,20 +75,86 @@ pub struct Latency {
 pub struct Report {
     #[serde(flatten)]
     pub all: Metrics,
+    /// `lexical`, or `hybrid` with a `[search.semantic]` model.
+    pub ranking: &'static str,
+    /// The model of a hybrid run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReport>,
     pub tools: usize,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub subsets: BTreeMap<String, Metrics>,
 }
 
+/// What a hybrid run's model cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelReport {
+    pub name: String,
+    /// Hex content hash of its files (the embedding cache's key).
+    pub key: String,
+    pub dim: usize,
+    /// Reading the folder and building the encoder.
+    pub load_ms: f64,
+    /// Building the index, the tools' embeddings included (from the cache when there).
+    pub index_ms: f64,
+}
+
 const NDCG_KS: [usize; 2] = [5, 10];
 
-/// Runs the evaluation; `ks` are the recall cut-offs.
-pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
+/// Runs the evaluation under `config`; `ks` are the recall cut-offs.
+pub fn run(config: &Config, catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
     if ks.is_empty() || ks.contains(&0) {
         return Err(Error::Usage(
             "--k needs positive cut-offs, e.g. 1,5,10".into(),
         ));
     }
+    let model = config
+        .search
+        .semantic
+        .as_ref()
+        .map(Model::shared)
+        .transpose()?;
+    let (docs, queries) = read_dataset(catalog, queries)?;
+    let started = Instant::now();
+    let mut index = SearchIndex::build(&docs)?;
+    if let Some(model) = &model {
+        index = index.with_dense(model.clone(), &docs)?;
+    }
+    let index_ms = started.elapsed().as_secs_f64() * 1e3;
+    let depth = ks.iter().chain(NDCG_KS.iter()).copied().max().unwrap_or(10);
+
+    let mut all = Accumulator::default();
+    let mut subsets: BTreeMap<String, Accumulator> = BTreeMap::new();
+    for q in &queries {
+        let started = Instant::now();
+        let hits = index.search(&q.query, depth);
+        let micros = started.elapsed().as_secs_f64() * 1e6;
+        let ranked: Vec<&str> = hits.iter().map(|h| docs[h.ord].id.as_str()).collect();
+        let score = score_query(q, &ranked, ks);
+        all.add(&score, micros);
+        if let Some(s) = &q.subset {
+            subsets.entry(s.clone()).or_default().add(&score, micros);
+        }
+    }
+    Ok(Report {
+        all: all.finish(ks),
+        ranking: if model.is_some() { "hybrid" } else { "lexical" },
+        model: model.map(|m| ModelReport {
+            name: m.name().to_string(),
+            key: m.key().to_string(),
+            dim: m.dim(),
+            load_ms: m.load_time().as_secs_f64() * 1e3,
+            index_ms,
+        }),
+        tools: docs.len(),
+        subsets: subsets
+            .into_iter()
+            .map(|(k, a)| (k, a.finish(ks)))
+            .collect(),
+    })
+}
+
+/// A data set's tools as index documents (the data set's ids kept) and its queries.
+pub fn read_dataset(catalog: &Path, queries: &Path) -> Result<(Vec<IndexDoc>, Vec<DatasetQuery>)> {
     let tools: Vec<DatasetTool> = read_jsonl(catalog)?;
     let queries: Vec<DatasetQuery> = read_jsonl(queries)?;
     let mut seen = HashSet::new();
@@ -108,30 +179,7 @@ pub fn run(catalog: &Path, queries: &Path, ks: &[usize]) -> Result<Report> {
         .build();
         docs.push(index_doc(&descriptor, &t.id, &schema));
     }
-    let index = SearchIndex::build(&docs)?;
-    let depth = ks.iter().chain(NDCG_KS.iter()).copied().max().unwrap_or(10);
-
-    let mut all = Accumulator::default();
-    let mut subsets: BTreeMap<String, Accumulator> = BTreeMap::new();
-    for q in &queries {
-        let started = Instant::now();
-        let hits = index.search(&q.query, depth);
-        let micros = started.elapsed().as_secs_f64() * 1e6;
-        let ranked: Vec<&str> = hits.iter().map(|h| docs[h.ord].id.as_str()).collect();
-        let score = score_query(q, &ranked, ks);
-        all.add(&score, micros);
-        if let Some(s) = &q.subset {
-            subsets.entry(s.clone()).or_default().add(&score, micros);
-        }
-    }
-    Ok(Report {
-        all: all.finish(ks),
-        tools: tools.len(),
-        subsets: subsets
-            .into_iter()
-            .map(|(k, a)| (k, a.finish(ks)))
-            .collect(),
-    })
+    Ok((docs, queries))
 }
 
 fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
@@ -158,14 +206,16 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
     Ok(out)
 }
 
-struct QueryScore {
-    recall: Vec<f64>,
-    ndcg: [f64; 2],
-    rr: f64,
-    empty: bool,
+/// One query's scores: recall at each cut-off, nDCG@5 and @10, reciprocal rank.
+pub struct QueryScore {
+    pub recall: Vec<f64>,
+    pub ndcg: [f64; 2],
+    pub rr: f64,
+    pub empty: bool,
 }
 
-fn score_query(q: &DatasetQuery, ranked: &[&str], ks: &[usize]) -> QueryScore {
+/// Scores one ranking (ids, best first) against the query's gold; see the module doc.
+pub fn score_query(q: &DatasetQuery, ranked: &[&str], ks: &[usize]) -> QueryScore {
     let mut unit_of: HashMap<&str, usize> = HashMap::new();
     let mut units = 0;
     for group in &q.gold_any_of {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::catalog::{self, Catalog, Sources, ToolDescriptor, Upstream};
+use crate::catalog::{Catalog, Local, Sources, ToolDescriptor, Upstream};
 use crate::config::{Config, Mode};
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
 use crate::error::{Error, Result};
@@ -95,8 +95,8 @@ impl Host {
     /// As [`Host::load`] with a config loaded already (a command that starts work from the
     /// config before the catalog is built).
     pub fn load_with(options: Options, config: Config) -> Result<Host> {
-        let local = catalog::load_descriptors(&config, &options.catalogs)?;
-        Host::with_descriptors(options, config, local)
+        let local = Local::read(&config, &options.catalogs)?;
+        Host::with_local(options, config, local)
     }
 
     /// A host over `local` descriptors instead of catalog files (benches, embedders); the
@@ -106,16 +106,27 @@ impl Host {
         config: Config,
         local: Vec<ToolDescriptor>,
     ) -> Result<Host> {
+        Host::with_local(options, config, Local::from_descriptors(local))
+    }
+
+    fn with_local(options: Options, config: Config, local: Local) -> Result<Host> {
+        // A configured embedding model that cannot load stops the host here, before any
+        // server starts, naming the file at fault.
+        if let Some(semantic) = &config.search.semantic {
+            crate::semantic::Model::shared(semantic)?;
+        }
         let hub = if config.mcp.servers.is_empty() {
             None
         } else {
+            // A catalog file that does not parse fails before any server starts.
+            local.descriptors()?;
             Some(runtime()?.block_on(Hub::start(&config.mcp)))
         };
-        let sources = Arc::new(Sources {
-            config: config.clone(),
+        let sources = Arc::new(Sources::new(
+            config.clone(),
             local,
-            upstream: hub.clone().map(|h| h as Arc<dyn Upstream>),
-        });
+            hub.clone().map(|h| h as Arc<dyn Upstream>),
+        ));
         // Following the servers needs a runtime; a catalog without them does not, and the
         // commands that need none do not start one.
         let catalog = {

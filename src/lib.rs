@@ -8,9 +8,12 @@
 //! fails on a cycle). Bottom to top:
 //!
 //! - leaves: [`error`], [`ids`] (sources, tool ids, what policy matches a tool by),
-//!   [`signals`]; [`config`], the TOML as plain data;
-//! - [`search`] (the tantivy index and the ranking) and [`policy`] (which tools exist, which
-//!   need approval, the hooks), both over config types and names, never over the catalog;
+//!   [`signals`], [`cache`] (this user's cache folder and when to trust it); [`config`],
+//!   the TOML as plain data;
+//! - [`semantic`]: a local sentence-embedding model and the cache of its tool embeddings;
+//! - [`search`] (the tantivy index, the ranking, its fusion with the semantic one) and
+//!   [`policy`] (which tools exist, which need approval, the hooks), both over config types
+//!   and names, never over the catalog;
 //! - [`catalog`]: load, plan (policy applied, so nothing above sees a filtered tool),
 //!   compact, index; [`catalog::Sources`] with the upstream servers behind a trait;
 //! - what runs and records a call: [`executors`], [`telemetry`]; then [`dispatch`], the one
@@ -24,6 +27,7 @@
 //!   [`qa`]; [`eval`] and [`synth`] for retrieval quality.
 
 pub mod agent;
+pub mod cache;
 pub mod catalog;
 pub mod code;
 pub mod commands;
@@ -44,6 +48,7 @@ pub mod qa;
 pub mod report;
 pub mod sandbox;
 pub mod search;
+pub mod semantic;
 pub mod signals;
 pub mod surface;
 pub mod synth;

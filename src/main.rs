@@ -50,6 +50,10 @@ enum QaCheck {
         /// Fake plugin tools.
         #[arg(long, default_value_t = 36)]
         tools: usize,
+        /// The upstream format the gateways speak to the mock: openai-responses,
+        /// openai-completions or anthropic.
+        #[arg(long, default_value = "openai-responses")]
+        provider: String,
         #[arg(long)]
         json: bool,
     },
@@ -307,15 +311,17 @@ fn run(cli: Cli) -> Result<Option<Output>, Error> {
             return Ok(None);
         }
         Command::Qa {
-            check: QaCheck::ToolSearchGatewayE2e { tools, .. },
-        } => commands::qa(tools)?,
+            check: QaCheck::ToolSearchGatewayE2e {
+                tools, provider, ..
+            },
+        } => commands::qa(tools, &provider)?,
         Command::Doctor { .. } => commands::doctor(options)?,
         Command::Eval {
             catalog,
             queries,
             k,
             ..
-        } => commands::eval(&catalog, &queries, &k)?,
+        } => commands::eval(options, &catalog, &queries, &k)?,
     };
     Ok(Some(out))
 }

@@ -14,18 +14,26 @@
 //! 6. the session logs show the expected calls (code: bridge telemetry with a search and
 //!    one call; tools: exactly one `tool_search` then one `tool_call`).
 //!
-//! Nothing is left running afterwards.
+//! The gateways talk to the mock in the upstream format `--provider` names
+//! (`openai-responses`, `openai-completions` or `anthropic`). Each gateway is stopped the
+//! way an operator stops it, with SIGTERM, and waited for; a lane fails if the gateway
+//! does not exit in time or leaves one of its processes (a spare sandbox child, say)
+//! running. Nothing is left running afterwards.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::provider::Provider;
 use crate::surface;
+
+mod stop;
+use stop::Guard;
 
 pub const PLUGIN: &str = "qa-fake";
 
@@ -46,6 +54,8 @@ pub struct Lane {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub pass: bool,
+    /// The upstream format the gateways spoke to the mock.
+    pub provider: Provider,
     pub target: String,
     pub tools: usize,
     pub seconds: f64,
@@ -109,16 +119,6 @@ fn fake_plugin(n: usize) -> (Value, String) {
     (json!({"plugin": PLUGIN, "tools": tools}), target)
 }
 
-/// A child process killed (and reaped) when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `bin args...` and waits for its `listening on http://ADDR` line.
 fn start(bin: &Path, args: &[String], stderr: &Path) -> Result<(Guard, String)> {
     let err = std::fs::File::create(stderr).map_err(|e| Error::Usage(format!("qa: {e}")))?;
@@ -164,9 +164,15 @@ fn read_log(state: &Path, session: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Runs the comparison with `tools` fake tools, using `bin` (this program) for the mock
-/// provider and the gateways.
-pub async fn run(bin: &Path, tools: usize) -> Result<Report> {
+/// Runs the comparison with `tools` fake tools, the gateways speaking `provider` to the
+/// mock, using `bin` (this program) for the mock provider and the gateways.
+pub async fn run(bin: &Path, tools: usize, provider: Provider) -> Result<Report> {
+    if provider == Provider::Google {
+        return Err(Error::Usage(
+            "qa: --provider: the gateway speaks openai-responses, openai-completions and anthropic"
+                .into(),
+        ));
+    }
     let started = Instant::now();
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -176,18 +182,18 @@ pub async fn run(bin: &Path, tools: usize) -> Result<Report> {
     ));
     let io = |e: std::io::Error| Error::Usage(format!("qa: {e}"));
     std::fs::create_dir_all(dir.join("plugins")).map_err(io)?;
-    let result = run_in(bin, tools, &dir).await;
+    let result = run_in(bin, tools, provider, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
     let mut report = result?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
+async fn run_in(bin: &Path, tools: usize, provider: Provider, dir: &Path) -> Result<Report> {
     let io = |e: std::io::Error| Error::Usage(format!("qa: {e}"));
     let (plugin, target) = fake_plugin(tools.max(1));
     std::fs::write(dir.join("plugins").join("qa-fake.json"), plugin.to_string()).map_err(io)?;
-    let (_mock, mock_url) = start(
+    let (mock, mock_url) = start(
         bin,
         &[
             "mock-provider".into(),
@@ -199,7 +205,9 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
     let config = dir.join("toolsearch.toml");
     std::fs::write(
         &config,
-        format!("[provider]\nbase_url = \"{mock_url}/v1\"\nmax_retries = 0\n"),
+        format!(
+            "[provider]\nkind = \"{provider}\"\nbase_url = \"{mock_url}/v1\"\nmax_retries = 0\n"
+        ),
     )
     .map_err(io)?;
     let http = reqwest::Client::builder()
@@ -236,13 +244,20 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
             .map_err(|e| Error::Usage(format!("qa: the {lane} gateway: {e}")))?;
         let status = answer.status();
         let answer: Value = answer.json().await.unwrap_or(Value::Null);
-        drop(gateway);
+        let stopped =
+            tokio::task::spawn_blocking(move || gateway.stop(&format!("the {lane} gateway")))
+                .await
+                .unwrap_or_else(|e| Some(format!("stopping the gateway failed: {e}")));
         let requests: Vec<Value> = mock_requests(&http, &mock_url).await?.split_off(before);
         let log = read_log(&state, &session);
         let mut l = check_lane(lane, &target, &target_id, &answer, &requests, &log, tools);
         if !status.is_success() {
             l.failures
                 .push(format!("the gateway answered {status}: {answer}"));
+            l.pass = false;
+        }
+        if let Some(problem) = stopped {
+            l.failures.push(problem);
             l.pass = false;
         }
         if lane == "direct" {
@@ -264,8 +279,15 @@ async fn run_in(bin: &Path, tools: usize, dir: &Path) -> Result<Report> {
             l.pass = false;
         }
     }
+    let mock_stopped = tokio::task::spawn_blocking(move || mock.stop("the mock provider"))
+        .await
+        .unwrap_or_else(|e| Some(format!("stopping the mock failed: {e}")));
+    if let Some(problem) = mock_stopped {
+        return Err(Error::Usage(format!("qa: {problem}")));
+    }
     Ok(Report {
         pass: lanes.iter().all(|l| l.pass),
+        provider,
         target,
         tools,
         seconds: 0.0,
@@ -440,8 +462,8 @@ fn redact(v: &Value) -> Value {
 /// The table for a person.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "tool-search-gateway-e2e: target {} among {} fake tools, {:.1} s\n\n| lane | declared tools | request bytes | ratio to direct | calls | pass |\n|---|---:|---:|---:|---|---|\n",
-        r.target, r.tools, r.seconds
+        "tool-search-gateway-e2e: target {} among {} fake tools, upstream {}, {:.1} s\n\n| lane | declared tools | request bytes | ratio to direct | calls | pass |\n|---|---:|---:|---:|---|---|\n",
+        r.target, r.tools, r.provider, r.seconds
     );
     for l in &r.lanes {
         out.push_str(&format!(

@@ -216,6 +216,19 @@ pub fn eval(name: &str, r: &Report) -> String {
     for (subset, m) in &r.subsets {
         row(&mut out, &format!("{name} {subset}"), m);
     }
+    match &r.model {
+        Some(m) => {
+            let _ = writeln!(
+                out,
+                "\nranking: hybrid, lexical fused with {} ({} dimensions; loaded in {:.0} ms, \
+                 catalog indexed and embedded in {:.0} ms)",
+                m.name, m.dim, m.load_ms, m.index_ms
+            );
+        }
+        None => {
+            let _ = writeln!(out, "\nranking: lexical");
+        }
+    }
     out
 }
 

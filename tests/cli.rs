@@ -2151,15 +2151,31 @@ mod eval {
     }
 
     #[test]
-    fn eval_ignores_the_agent_config() {
+    fn eval_reads_the_config_like_every_command() {
         let sb = Sandbox::new();
+        let run = |extra: &[&str]| {
+            let mut cmd = eval(
+                &sb,
+                &fixture("eval/catalog.jsonl"),
+                &fixture("eval/queries.jsonl"),
+                &["--json"],
+            );
+            cmd.args(extra);
+            cmd
+        };
+        let r = ok_json(&mut run(&[]));
+        assert_eq!(r["ranking"], "lexical", "{r}");
+        assert!(r.get("model").is_none(), "{r}");
+
+        let bad = sb.write("bad.toml", "[search]\nsemantik = {}\n");
+        let m = err_json(
+            &mut run(&["--config", bad.to_str().unwrap()]),
+            2,
+            "bad-config",
+        );
+        assert!(m.contains("semantik"), "{m}");
         sb.write("toolsearch.toml", "this is not toml [[[");
-        ok_json(&mut eval(
-            &sb,
-            &fixture("eval/catalog.jsonl"),
-            &fixture("eval/queries.jsonl"),
-            &["--json"],
-        ));
+        err_json(&mut run(&[]), 2, "bad-config");
     }
 
     #[test]
@@ -2248,4 +2264,261 @@ fn log_lines_on_a_pipe_carry_no_colour_codes() {
         !stderr.contains('\u{1b}'),
         "colour codes on a pipe: {stderr:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The catalog store: planned catalogs and indexes kept between runs
+// ---------------------------------------------------------------------------------------
+mod store {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> String {
+        json!({
+            "name": name,
+            "description": description,
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "executor": {"kind": "fixture", "text": "ok"}
+        })
+        .to_string()
+            + "\n"
+    }
+
+    /// `toolsearch` with its cache in the sandbox.
+    fn cached(sb: &Sandbox, catalog: &Path) -> Command {
+        let mut cmd = sb.cmd();
+        cmd.env("XDG_CACHE_HOME", sb.path().join("cache"))
+            .arg("--catalog")
+            .arg(catalog);
+        cmd
+    }
+
+    fn stored(sb: &Sandbox, suffix: &str) -> usize {
+        fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(suffix))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_repeated_search_reads_the_stored_catalog_and_sees_every_change() {
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city") + &tool("send_mail", "Send an email"),
+        );
+        let first = ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(ids(&first)[0], "openclaw:core:weather_now");
+        assert_eq!((stored(&sb, ".catalog"), stored(&sb, ".index")), (1, 1));
+        let again = ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(again, first);
+        assert_eq!(stored(&sb, ".catalog"), 1, "an unchanged file is a hit");
+
+        // The repeated run read the entry rather than writing one (the file is the same
+        // inode); a stored entry edited in place fails its hash, is not believed (the
+        // answer is the file's) and is written again.
+        use std::os::unix::fs::MetadataExt;
+        let entry = fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "catalog"))
+            .unwrap();
+        let inode = fs::metadata(&entry).unwrap().ino();
+        ok_json(cached(&sb, &file).args(["search", "weather in Paris", "--json"]));
+        assert_eq!(
+            fs::metadata(&entry).unwrap().ino(),
+            inode,
+            "a hit writes nothing"
+        );
+        let mut edited = fs::read(&entry).unwrap();
+        let (from, to) = (b"Current weather", b"Archived report");
+        let at = edited
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the description is stored");
+        edited[at..at + from.len()].copy_from_slice(to);
+        fs::write(&entry, &edited).unwrap();
+        let d = ok_json(cached(&sb, &file).args(["describe", "weather_now", "--json"]));
+        assert_eq!(d["description"], "Current weather for a city");
+        assert_ne!(fs::metadata(&entry).unwrap().ino(), inode, "written again");
+
+        // A tool appended to the file is found by the next search.
+        let mut text = fs::read_to_string(&file).unwrap();
+        text.push_str(&tool("book_flight", "Book a flight between two airports"));
+        fs::write(&file, &text).unwrap();
+        let hits = ok_json(cached(&sb, &file).args(["search", "book a flight", "--json"]));
+        assert_eq!(ids(&hits)[0], "openclaw:core:book_flight");
+
+        // One byte changed, the same length, in the same second: still seen.
+        let changed = text.replace("Send an email", "Send an emaiL");
+        assert_eq!(changed.len(), text.len());
+        fs::write(&file, &changed).unwrap();
+        let d = ok_json(cached(&sb, &file).args(["describe", "send_mail", "--json"]));
+        assert_eq!(d["description"], "Send an emaiL");
+
+        // A file that no longer parses is an error, not an old answer.
+        fs::write(&file, "{not json\n").unwrap();
+        let m = err_json(
+            cached(&sb, &file).args(["search", "mail", "--json"]),
+            2,
+            "bad-catalog",
+        );
+        assert!(m.contains("tools.jsonl"), "{m}");
+    }
+
+    #[test]
+    fn processes_racing_on_a_cold_store_all_answer_alike() {
+        let sb = Sandbox::new();
+        let mut text = String::new();
+        for i in 0..300 {
+            text.push_str(&tool(
+                &format!("tool_{i}"),
+                &format!("Does thing number {i}"),
+            ));
+        }
+        text.push_str(&tool("weather_now", "Current weather for a city"));
+        let file = sb.write("tools.jsonl", text);
+        // Started together (assert_cmd waits for each), with the cache in the sandbox.
+        let mut procs = Vec::new();
+        for _ in 0..8 {
+            let mut cmd = std::process::Command::new(common::BIN);
+            for var in common::SCRUBBED_ENV {
+                cmd.env_remove(var);
+            }
+            cmd.current_dir(sb.path())
+                .env("XDG_CACHE_HOME", sb.path().join("cache"))
+                .arg("--catalog")
+                .arg(&file)
+                .args(["search", "weather in Paris", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            procs.push(cmd.spawn().expect("spawn"));
+        }
+        let outs: Vec<_> = procs
+            .into_iter()
+            .map(|p| p.wait_with_output().expect("wait"))
+            .collect();
+        for o in &outs {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(o.stdout, outs[0].stdout);
+        }
+        let hits: Value = serde_json::from_slice(&outs[0].stdout).unwrap();
+        assert_eq!(ids(&hits)[0], "openclaw:core:weather_now");
+        let names: Vec<String> = fs::read_dir(sb.path().join("cache/toolsearch/catalogs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names.len(),
+            2,
+            "one catalog and one index, nothing half written: {names:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_writable_umask_still_stores_privately() {
+        use std::os::unix::fs::PermissionsExt;
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city"),
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("umask 002; exec \"$0\" --catalog \"$1\" search weather --json")
+            .arg(common::BIN)
+            .arg(&file)
+            .current_dir(sb.path())
+            .env("XDG_CACHE_HOME", sb.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(stored(&sb, ".catalog"), 1);
+        for d in ["cache/toolsearch", "cache/toolsearch/catalogs"] {
+            let mode = fs::metadata(sb.path().join(d))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{d}");
+        }
+    }
+
+    #[test]
+    fn a_changed_environment_variable_replans() {
+        let sb = Sandbox::new();
+        let file = fixture("descriptors.json");
+        for (value, hidden) in [
+            (None, true),
+            (Some("1"), false),
+            (None, true),
+            (Some("1"), false),
+        ] {
+            let mut cmd = cached(&sb, &file);
+            if let Some(v) = value {
+                cmd.env("TS_TEST_VAR", v);
+            }
+            let c = ok_json(cmd.args(["catalog", "--json"]));
+            assert_eq!(
+                hidden_ids(&c).contains(&"openclaw:core:secret_tool".to_string()),
+                hidden,
+                "TS_TEST_VAR={value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_unwritable_store_is_never_an_error() {
+        let sb = Sandbox::new();
+        let file = sb.write(
+            "tools.jsonl",
+            tool("weather_now", "Current weather for a city"),
+        );
+        let want = ok_json(cached(&sb, &file).args(["search", "weather", "--json"]));
+
+        // Every stored file cut short or overwritten with garbage.
+        let dir = sb.path().join("cache/toolsearch/catalogs");
+        let mut files = vec![];
+        for e in fs::read_dir(&dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                files.extend(fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()));
+            } else {
+                files.push(e.path());
+            }
+        }
+        assert!(files.len() > 2, "{files:?}");
+        for f in &files {
+            fs::write(f, b"\x00garbage").unwrap();
+        }
+        for _ in 0..2 {
+            let hits = ok_json(cached(&sb, &file).args(["search", "weather", "--json"]));
+            assert_eq!(hits, want);
+        }
+
+        // A cache root that is a file: nothing is stored, everything works.
+        let blocked = sb.write("blocked", "not a folder");
+        let hits = ok_json(
+            sb.cmd()
+                .env("XDG_CACHE_HOME", &blocked)
+                .arg("--catalog")
+                .arg(&file)
+                .args(["search", "weather", "--json"]),
+        );
+        assert_eq!(hits, want);
+
+        // `[catalog] cache = false`: nothing is written.
+        let sb2 = Sandbox::new();
+        let config = sb2.write("c.toml", "[catalog]\ncache = false\n");
+        let hits = ok_json(
+            cached(&sb2, &file)
+                .arg("--config")
+                .arg(&config)
+                .args(["search", "weather", "--json"]),
+        );
+        assert_eq!(hits, want);
+        assert!(!sb2.path().join("cache/toolsearch/catalogs").exists());
+    }
 }

@@ -1,60 +1,33 @@
-//! The gateway and the QA end-to-end over real HTTP and real child processes.
+//! The gateway and the QA end-to-end over real HTTP and real child processes: the QA with
+//! each upstream format, bad input, a failing provider, SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod common;
-use common::{BIN, Guard, start_listening};
-
-/// Starts `toolsearch ARGS` in `dir` and waits for `listening on URL`.
-fn start(args: &[&str], dir: &std::path::Path) -> (Guard, String) {
-    start_listening(
-        Command::new(BIN)
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null()),
-    )
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Live sandbox children (their command line holds the runtime, which names
-/// `tool_search_code`).
-fn sandbox_children() -> usize {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| {
-                    let status =
-                        std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
-                    let zombie = status
-                        .lines()
-                        .any(|l| l.starts_with("State:") && l.contains('Z'));
-                    let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-                    !zombie && {
-                        let cmd = String::from_utf8_lossy(&cmd);
-                        cmd.contains("tool_search_code") || cmd.contains("--snapshot-blob")
-                    }
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
+mod gateway_support;
+use common::BIN;
+use gateway_support::*;
 
 #[test]
-fn the_qa_end_to_end_passes_on_every_lane() {
+fn the_qa_end_to_end_passes_on_every_lane_with_each_upstream_format() {
+    for provider in ["openai-responses", "openai-completions", "anthropic"] {
+        qa_passes(provider);
+    }
+}
+
+fn qa_passes(provider: &str) {
     let before = sandbox_children();
     let out = Command::new(BIN)
-        .args(["qa", "tool-search-gateway-e2e", "--json"])
+        .args([
+            "qa",
+            "tool-search-gateway-e2e",
+            "--json",
+            "--provider",
+            provider,
+        ])
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -64,6 +37,7 @@ fn the_qa_end_to_end_passes_on_every_lane() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(report["pass"], true);
+    assert_eq!(report["provider"], provider);
     let lanes: Vec<&str> = report["lanes"]
         .as_array()
         .unwrap()
@@ -85,31 +59,6 @@ fn the_qa_end_to_end_passes_on_every_lane() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> (Guard, String) {
-    let config = dir.join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[provider]\nbase_url = \"{provider_url}\"\nmax_retries = 3\ntimeout_ms = 5000\n{extra}"
-        ),
-    )
-    .unwrap();
-    start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--mode",
-            "tools",
-            "--state-dir",
-            dir.join("state").to_str().unwrap(),
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        dir,
-    )
 }
 
 #[test]
@@ -134,7 +83,20 @@ fn bad_input_is_a_4xx_with_a_json_error() {
                 "unknown field",
             ),
             (json!({"input": 42}).to_string(), "input type"),
-            (json!({"input": "x", "stream": true}).to_string(), "stream"),
+            (json!({"input": "x", "temperature": "hot"}).to_string(), "a field's type"),
+            (json!({"model": "m"}).to_string(), "no input"),
+            (
+                json!({"input": "x", "conversation": "conv_1"}).to_string(),
+                "server-side conversation",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}).to_string(),
+                "an image",
+            ),
+            (
+                json!({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]}).to_string(),
+                "a result without its call",
+            ),
             // A key of the gateway's own making would gather the requests that sent none.
             (
                 json!({"input": "x", "metadata": {"session_key": "gw-7"}}).to_string(),
@@ -156,7 +118,35 @@ fn bad_input_is_a_4xx_with_a_json_error() {
                     .is_some_and(|m| !m.is_empty()),
                 "{what}: {v}"
             );
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{what}");
         }
+        for (path, body, what) in [
+            ("/v1/chat/completions", json!({"model": "m"}), "chat without messages"),
+            (
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "user", "content": "x"}], "stop": 3}),
+                "chat stop",
+            ),
+            (
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]}),
+                "a tool message without its call",
+            ),
+        ] {
+            let r = http
+                .post(format!("{url}{path}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{what}");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{what}: {v}");
+        }
+        let r = http.get(format!("{url}/v1/embeddings")).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("/v1/embeddings"));
         let big = format!("{{\"input\": \"{}\"}}", "x".repeat(5 * 1024 * 1024));
         let r = http
             .post(format!("{url}/v1/responses"))
@@ -165,54 +155,9 @@ fn bad_input_is_a_4xx_with_a_json_error() {
             .await
             .unwrap();
         assert_eq!(r.status(), 413);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     });
-}
-
-/// A provider that answers each request with the next canned reply, counting requests.
-fn canned_provider(
-    replies: Vec<(u16, &'static str)>,
-) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = count.clone();
-    std::thread::spawn(move || {
-        for (status, body) in replies {
-            let Ok((mut s, _)) = listener.accept() else {
-                return;
-            };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Read headers and the body (Content-Length).
-            loop {
-                let n = s.read(&mut chunk).unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let len = head
-                        .lines()
-                        .find_map(|l| {
-                            l.strip_prefix("content-length: ")
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let reply = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(reply.as_bytes());
-        }
-    });
-    (url, count)
 }
 
 #[test]
@@ -231,24 +176,86 @@ fn a_provider_that_fails_then_rate_limits_then_answers_garbage_is_retried_then_n
     let (provider, _) = canned_provider(vec![(401, "{\"error\": \"bad key\"}")]);
     let dir = tempfile::tempdir().unwrap();
     let (_gw, url) = gateway_with(&provider, dir.path(), "");
-    let (_, v) = say_hello(&url);
+    let (status, v) = say_hello(&url);
+    assert_eq!(status, 401, "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("401"),
         "{v}"
     );
 }
 
-/// `POST {gateway}/v1/responses` with the input `hello`: the status and the JSON answer.
-fn say_hello(gateway: &str) -> (u16, Value) {
+const KEY: &str = "sk-test-7f3a9c1e5b";
+
+#[test]
+fn a_provider_refusal_keeps_its_status_and_type_and_never_shows_the_key() {
+    // OpenAI's shape, repeating the key as some servers do.
+    let (provider, _) = canned_provider(vec![(
+        401,
+        r#"{"error": {"message": "Incorrect API key provided: sk-test-7f3a9c1e5b.", "type": "invalid_request_error", "code": "invalid_api_key"}}"#,
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_env(
+        "tools",
+        &provider,
+        dir.path(),
+        "max_retries = 0\napi_key_env = \"TS_GATEWAY_KEY\"\n",
+        &[("TS_GATEWAY_KEY", KEY)],
+    );
+    let (status, v) = say_hello(&url);
+    assert_eq!(status, 401, "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+    assert!(!v.to_string().contains(KEY), "the key was echoed: {v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key")
+    );
+}
+
+#[test]
+fn a_rate_limit_stays_429_with_retry_after_streamed_or_not_and_from_anthropic() {
+    let limited =
+        r#"{"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}"#;
+    let (provider, _) = canned_provider_with(vec![
+        (429, "retry-after: 7\r\n", limited),
+        (429, "retry-after: 7\r\n", limited),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(
+        &provider,
+        dir.path(),
+        "max_retries = 0\nkind = \"anthropic\"\n",
+    );
     runtime().block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{gateway}/v1/responses"))
-            .json(&json!({"input": "hello"}))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    })
+        let http = reqwest::Client::new();
+        for stream in [false, true] {
+            let r = http
+                .post(format!("{url}/v1/responses"))
+                .json(&json!({"input": "hello", "stream": stream}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 429, "stream {stream}");
+            assert_eq!(r.headers()["retry-after"], "7", "stream {stream}");
+            assert!(
+                r.headers()["content-type"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("application/json"),
+                "stream {stream}: an error before any text is not a stream"
+            );
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("slow down")
+            );
+        }
+    });
 }
 
 #[test]

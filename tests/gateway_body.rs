@@ -5,7 +5,8 @@
 //! The mock provider records every body it receives; the gateway's first request of a turn
 //! is the prompt alone, so it must equal `surface`'s `request` but for `model` (the
 //! configured one there, a placeholder in `surface`). Its `tools` are compared byte for
-//! byte, then the whole body.
+//! byte, then the whole body, for each upstream format the gateway speaks (Anthropic's
+//! `cache_control` on the last tool included).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -86,7 +87,7 @@ fn the_gateway_sends_the_request_surface_reports() {
         .build()
         .unwrap();
     let http = reqwest::Client::new();
-    for kind in ["openai-responses", "openai-completions"] {
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
         let config = dir.path().join(format!("{kind}.toml"));
         std::fs::write(
             &config,

@@ -47,7 +47,7 @@ impl Model for Script {
                 Some(name) => Ok(calls(&[(name, json!({"title": "again"}))])),
                 None => Ok(ModelReply {
                     text: "done".into(),
-                    tool_calls: vec![],
+                    ..Default::default()
                 }),
             }
         })
@@ -66,6 +66,8 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
                 arguments: args.clone(),
             })
             .collect(),
+        streamed: false,
+        usage: None,
     }
 }
 
@@ -203,9 +205,21 @@ fn agent_with(mode: Mode, code_available: Result<(), String>) -> (Arc<Agent>, Ar
     )
 }
 
-async fn turn(agent: &Arc<Agent>, model: &Script) -> Result<TurnOutcome, Error> {
+fn user(text: &str) -> Vec<Message> {
+    vec![Message::User {
+        content: text.into(),
+    }]
+}
+
+async fn turn(agent: &Arc<Agent>, model: &Script) -> Result<TurnOutcome, TurnError> {
     agent
-        .run_turn(model, "system", vec![], "do it", CancellationToken::new())
+        .run_turn(
+            model,
+            "system",
+            user("do it"),
+            TurnOptions::default(),
+            CancellationToken::new(),
+        )
         .await
 }
 
@@ -325,7 +339,10 @@ async fn terminate_stop_after_batch_abort_and_the_round_limit() {
     let abort = CancellationToken::new();
     let mut script = Script::new(vec![calls(&[("create_issue", json!({}))])]);
     script.abort_on_call = Some(abort.clone());
-    let o = a.run_turn(&script, "s", vec![], "p", abort).await.unwrap();
+    let o = a
+        .run_turn(&script, "s", user("p"), TurnOptions::default(), abort)
+        .await
+        .unwrap();
     assert_eq!(o.stop, Stop::Aborted);
 
     let mut forever = Script::new(vec![]);
@@ -449,4 +466,86 @@ async fn control_tools_refuse_arguments_their_schema_refuses() {
         )
         .await;
     assert!(!is_error, "{text}");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_or_goes_away_aborts_the_turn() {
+    // Nobody reads: the second piece finds the buffer full and waits out the stall.
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let abort = CancellationToken::new();
+    let text = TextStream::new(tx, abort.clone(), Duration::from_millis(10));
+    text.send("first").await;
+    assert!(!abort.is_cancelled(), "one piece fits the buffer");
+    text.send("second").await;
+    assert!(abort.is_cancelled(), "a stalled client ends the turn");
+
+    // Gone: the receiver is dropped.
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    drop(rx);
+    let abort = CancellationToken::new();
+    TextStream::new(tx, abort.clone(), Duration::from_secs(30))
+        .send("anyone?")
+        .await;
+    assert!(abort.is_cancelled());
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_every_round_joined_and_the_same_as_the_outcome() {
+    let (a, _) = agent(Mode::Direct);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let abort = CancellationToken::new();
+    let mut first = calls(&[("create_issue", json!({"title": "x"}))]);
+    first.text = "Let me file it.".into();
+    let script = Script::new(vec![first]);
+    let outcome = a
+        .run_turn(
+            &script,
+            "s",
+            user("file it"),
+            TurnOptions {
+                options: RequestOptions::default(),
+                text: Some(TextStream::new(tx, abort.clone(), Duration::from_secs(30))),
+            },
+            abort,
+        )
+        .await
+        .unwrap();
+    let mut streamed = String::new();
+    while let Ok(piece) = rx.try_recv() {
+        streamed.push_str(&piece);
+    }
+    assert_eq!(outcome.text, "Let me file it.\n\ndone");
+    assert_eq!(streamed, outcome.text);
+}
+
+#[tokio::test]
+async fn a_forced_tool_choice_holds_for_the_first_round_only_and_maps_onto_the_surface() {
+    let (a, _) = agent(Mode::Tools);
+    let forced = ToolChoice::Tool("create_issue".into());
+    // A catalog tool behind the structured tools: any tool must be called.
+    assert_eq!(a.tool_choice(&forced, 1), ToolChoice::Required);
+    assert_eq!(a.tool_choice(&forced, 2), ToolChoice::Auto);
+    assert_eq!(a.tool_choice(&ToolChoice::None, 3), ToolChoice::None);
+    let (direct, _) = agent(Mode::Direct);
+    assert_eq!(direct.tool_choice(&forced, 1), forced);
+    let script = Script::new(vec![calls(&[("create_issue", json!({"title": "x"}))])]);
+    direct
+        .run_turn(
+            &script,
+            "s",
+            user("file it"),
+            TurnOptions {
+                options: RequestOptions {
+                    tool_choice: Some(forced.clone()),
+                    ..RequestOptions::default()
+                },
+                text: None,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let seen = script.seen.lock().unwrap();
+    assert_eq!(seen[0].options.tool_choice, Some(forced));
+    assert_eq!(seen[1].options.tool_choice, Some(ToolChoice::Auto));
 }

@@ -22,7 +22,7 @@ pub const MAX_SIGNATURE_DEPTH: usize = 3;
 const MAX_ENUM_VALUES: usize = 6;
 pub const UNKNOWN_SIGNATURE: &str = "unknown";
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct CompactDescriptor {
     pub id: String,
     pub source: Source,

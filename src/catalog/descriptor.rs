@@ -21,9 +21,23 @@ impl Schema {
         Schema(Arc::from(value.to_string()))
     }
 
+    /// A schema from text this program wrote with [`Schema::as_str`] (a stored catalog,
+    /// in a folder only this user can write). Only its shape is checked, not parsed again:
+    /// that is the work a stored catalog saves. Were it damaged anyway, [`Schema::value`]
+    /// gives `null`, which validates nothing. Not for catalog files: they go through the
+    /// loader's checks.
+    pub fn from_text(text: String) -> Result<Self, String> {
+        let t = text.trim();
+        if t.starts_with('{') && t.ends_with('}') {
+            Ok(Schema(Arc::from(text)))
+        } else {
+            Err("a stored schema is not a JSON object".into())
+        }
+    }
+
     /// The schema as a JSON value.
     pub fn value(&self) -> Value {
-        // The text was written by `from_value`, so it always parses.
+        // Written by `from_value`, so it parses; a damaged stored one is `null`.
         serde_json::from_str(&self.0).unwrap_or(Value::Null)
     }
 
@@ -42,6 +56,63 @@ impl fmt::Debug for Schema {
 impl Serialize for Schema {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.value().serialize(serializer)
+    }
+}
+
+/// A schema kept as its compact text, not re-parsed: what a stored catalog holds.
+mod schema_text {
+    use super::Schema;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(schema: &Schema, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(schema.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Schema, D::Error> {
+        Schema::from_text(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An executor kept as JSON text: its serde form is tagged and carries free JSON
+/// (`details`), which only a self-describing format reads back, and a stored catalog is not
+/// one.
+mod executor_json {
+    use super::ExecutorSpec;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &Option<ExecutorSpec>, s: S) -> Result<S::Ok, S::Error> {
+        match e {
+            Some(e) => {
+                s.serialize_some(&serde_json::to_string(e).map_err(serde::ser::Error::custom)?)
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ExecutorSpec>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+mod optional_schema_text {
+    use super::Schema;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(schema: &Option<Schema>, s: S) -> Result<S::Ok, S::Error> {
+        match schema {
+            Some(schema) => s.serialize_some(schema.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Schema>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(Schema::from_text)
+            .transpose()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -110,17 +181,23 @@ pub enum Availability {
 }
 
 /// One tool, normalised from any catalog format.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Its serde form is the one a stored catalog keeps ([`super::store`]), with schemas as
+/// their compact text; catalog files are read by [`super::load`], not through it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDescriptor {
     pub name: String,
     pub description: String,
+    #[serde(with = "schema_text")]
     pub input_schema: Schema,
+    #[serde(with = "optional_schema_text")]
     pub output_schema: Option<Schema>,
     pub label: Option<String>,
     pub source: Source,
     pub source_name: String,
     pub catalog_mode: CatalogMode,
     pub availability: Option<Availability>,
+    #[serde(with = "executor_json")]
     pub executor: Option<ExecutorSpec>,
     pub tags: Vec<String>,
     pub sort_key: Option<String>,

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::descriptor::ToolDescriptor;
-use super::load::parse_catalog_text;
+use super::load::CatalogText;
 use crate::error::Result;
 
 /// The files in load order: core first, then plugins, the MCP server and the client.
@@ -33,12 +33,22 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The demo's files, as if read from disk.
+pub fn demo_texts() -> Vec<CatalogText> {
+    FILES
+        .iter()
+        .map(|(name, text)| CatalogText {
+            path: Path::new("embedded:fixtures/demo").join(name),
+            text: text.to_string(),
+        })
+        .collect()
+}
+
 /// Every descriptor of the demo catalog.
 pub fn demo_descriptors() -> Result<Vec<ToolDescriptor>> {
     let mut out = Vec::new();
-    for (name, text) in FILES {
-        let path = Path::new("embedded:fixtures/demo").join(name);
-        out.extend(parse_catalog_text(&path, text)?);
+    for file in demo_texts() {
+        out.extend(file.parse()?);
     }
     Ok(out)
 }

@@ -39,8 +39,32 @@ pub mod limits {
     pub const MAX_SCHEMA_DEPTH: usize = 32;
 }
 
+/// One catalog file as read: its size and encoding checked, not yet parsed.
+#[derive(Debug, Clone)]
+pub struct CatalogText {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl CatalogText {
+    /// Its descriptors.
+    pub fn parse(&self) -> Result<Vec<ToolDescriptor>> {
+        parse_catalog_text(&self.path, &self.text)
+    }
+}
+
 /// Loads one file or every catalog file under a folder.
 pub fn load_path(path: &Path) -> Result<Vec<ToolDescriptor>> {
+    let mut out = Vec::new();
+    for file in read_path(path)? {
+        out.extend(file.parse()?);
+    }
+    Ok(out)
+}
+
+/// Reads one file, or every catalog file under a folder in path order, without parsing: a
+/// file that cannot be read, is too large or is not UTF-8 is an error here.
+pub fn read_path(path: &Path) -> Result<Vec<CatalogText>> {
     let meta = std::fs::metadata(path)
         .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
     if meta.is_dir() {
@@ -50,13 +74,9 @@ pub fn load_path(path: &Path) -> Result<Vec<ToolDescriptor>> {
         if files.is_empty() {
             tracing::warn!(folder = %path.display(), "no .json or .jsonl catalog files in folder");
         }
-        let mut out = Vec::new();
-        for file in files {
-            out.extend(load_file(&file)?);
-        }
-        Ok(out)
+        files.iter().map(|f| read_file(f)).collect()
     } else {
-        load_file(path)
+        Ok(vec![read_file(path)?])
     }
 }
 
@@ -85,7 +105,7 @@ fn collect_catalog_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-fn load_file(path: &Path) -> Result<Vec<ToolDescriptor>> {
+fn read_file(path: &Path) -> Result<CatalogText> {
     let len = std::fs::metadata(path)
         .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?
         .len();
@@ -108,7 +128,10 @@ fn load_file(path: &Path) -> Result<Vec<ToolDescriptor>> {
             "not valid UTF-8",
         )
     })?;
-    parse_catalog_text(path, &text)
+    Ok(CatalogText {
+        path: path.to_path_buf(),
+        text,
+    })
 }
 
 /// Parses the text of one catalog file; `path` names it in errors and decides JSON or JSONL.

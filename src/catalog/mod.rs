@@ -16,6 +16,7 @@ pub mod embedded;
 pub mod load;
 pub mod plan;
 pub mod sources;
+pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -28,7 +29,7 @@ pub use descriptor::{
     safe_name, tool_id,
 };
 pub use plan::{Diagnostic, Facts, HiddenTool, Notice, Plan};
-pub use sources::{Sources, Upstream};
+pub use sources::{Local, Sources, Upstream};
 
 use crate::config::{Config, ToolSearchSettings};
 use crate::error::{Error, Result};
@@ -54,7 +55,7 @@ const MAX_SUGGESTIONS: usize = 3;
 pub const MAX_SUGGEST_BYTES: usize = 256;
 
 /// One visible tool with its precomputed compact form.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Entry {
     pub descriptor: ToolDescriptor,
     pub id: String,
@@ -62,17 +63,23 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry, and its index document when it is to be searched.
-    fn new(descriptor: ToolDescriptor, indexed: bool) -> (Self, Option<IndexDoc>) {
+    fn new(descriptor: ToolDescriptor) -> Self {
         let id = descriptor.id();
         let schema = descriptor.input_schema.value();
-        let doc = indexed.then(|| index_doc(&descriptor, &id, &schema));
-        let entry = Entry {
+        Entry {
             compact: CompactDescriptor::of(&descriptor, &schema),
             id,
             descriptor,
-        };
-        (entry, doc)
+        }
+    }
+
+    /// What the index reads of this entry.
+    fn index_doc(&self) -> IndexDoc {
+        index_doc(
+            &self.descriptor,
+            &self.id,
+            &self.descriptor.input_schema.value(),
+        )
     }
 }
 
@@ -142,18 +149,29 @@ pub struct Catalog {
     hidden: Vec<HiddenTool>,
     notices: Vec<Notice>,
     filtered: usize,
-    /// The search index, built at the first search: a command that never searches (a
-    /// `code` run that only calls tools, `describe` of a known id, `catalog`) does not pay
-    /// for it. Long-lived hosts build it ahead ([`Catalog::warm`]).
+    /// The search index, built (or read from the store) at the first search: a command
+    /// that never searches (a `code` run that only calls tools, `describe` of a known id,
+    /// `catalog`) does not pay for it. Long-lived hosts build it ahead ([`Catalog::warm`]).
     index: std::sync::OnceLock<std::result::Result<SearchIndex, String>>,
-    /// What the index is built from, until it is.
-    docs: parking_lot::Mutex<Vec<IndexDoc>>,
+    /// Where the index is kept between processes, for a catalog the store keeps.
+    index_home: Option<store::IndexHome>,
+    /// The embedding model of `[search.semantic]`, when one is configured.
+    semantic: Option<std::sync::Arc<crate::semantic::Model>>,
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, Vec<usize>>,
     settings: ToolSearchSettings,
     toolsets: Toolsets,
     policy: Policy,
     sources_down: BTreeMap<String, String>,
+}
+
+/// What planning decides besides the entries.
+struct Parts {
+    hidden: Vec<HiddenTool>,
+    notices: Vec<Notice>,
+    filtered: usize,
+    toolsets: Toolsets,
+    policy: Policy,
 }
 
 /// Counts by source, for `catalog` and telemetry.
@@ -166,22 +184,85 @@ pub struct Counts {
 }
 
 impl Catalog {
-    /// Plans and indexes `descriptors` under `config`.
+    /// Plans `descriptors` under `facts`; the index is built at the first search.
     pub fn build(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Self> {
         let plan = plan::plan(descriptors, facts)?;
         let cataloged = plan.cataloged.len();
-        let mut entries = Vec::with_capacity(cataloged + plan.direct_only.len());
-        let mut docs = Vec::with_capacity(cataloged);
-        for (i, d) in plan
+        let entries = plan
             .cataloged
             .into_iter()
             .chain(plan.direct_only)
-            .enumerate()
-        {
-            let (entry, doc) = Entry::new(d, i < cataloged);
-            entries.push(entry);
-            docs.extend(doc);
+            .map(Entry::new)
+            .collect();
+        Catalog::assemble(
+            entries,
+            cataloged,
+            Parts {
+                hidden: plan.hidden,
+                notices: plan.notices,
+                filtered: plan.filtered,
+                toolsets: plan.toolsets,
+                policy: plan.policy,
+            },
+            facts.config,
+            facts.sources_down.clone(),
+            None,
+        )
+    }
+
+    /// A catalog as [`store`] kept it, planned under this same `config`.
+    #[allow(clippy::too_many_arguments)]
+    fn from_stored(
+        entries: Vec<Entry>,
+        cataloged: usize,
+        hidden: Vec<HiddenTool>,
+        notices: Vec<Notice>,
+        filtered: usize,
+        toolsets: Toolsets,
+        config: &Config,
+        index_home: Option<store::IndexHome>,
+    ) -> Result<Self> {
+        if cataloged > entries.len() {
+            return Err(Error::Index(format!(
+                "{cataloged} cataloged entries of {}",
+                entries.len()
+            )));
         }
+        if let Some(e) = entries.iter().find(|e| e.id != e.descriptor.id()) {
+            return Err(Error::Index(format!("entry `{}` has another id", e.id)));
+        }
+        let policy = Policy::from_config(config, &toolsets)?;
+        Catalog::assemble(
+            entries,
+            cataloged,
+            Parts {
+                hidden,
+                notices,
+                filtered,
+                toolsets,
+                policy,
+            },
+            config,
+            BTreeMap::new(),
+            index_home,
+        )
+    }
+
+    fn assemble(
+        entries: Vec<Entry>,
+        cataloged: usize,
+        parts: Parts,
+        config: &Config,
+        sources_down: BTreeMap<String, String>,
+        index_home: Option<store::IndexHome>,
+    ) -> Result<Self> {
+        // The model of `[search.semantic]` (loaded once per process), for the index.
+        let semantic = config
+            .search
+            .semantic
+            .as_ref()
+            .map(crate::semantic::Model::shared)
+            .transpose()?;
         let mut by_id = HashMap::with_capacity(entries.len());
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
@@ -194,36 +275,24 @@ impl Catalog {
         Ok(Catalog {
             entries,
             cataloged,
-            hidden: plan.hidden,
-            notices: plan.notices,
-            filtered: plan.filtered,
+            hidden: parts.hidden,
+            notices: parts.notices,
+            filtered: parts.filtered,
             index: std::sync::OnceLock::new(),
-            docs: parking_lot::Mutex::new(docs),
+            index_home,
+            semantic,
             by_id,
             by_name,
-            settings: facts.config.tools.tool_search.clone(),
-            toolsets: plan.toolsets,
-            policy: plan.policy,
-            sources_down: facts.sources_down.clone(),
+            settings: config.tools.tool_search.clone(),
+            toolsets: parts.toolsets,
+            policy: parts.policy,
+            sources_down,
         })
     }
 
     /// Sources whose tools are hidden because they cannot run now, with why.
     pub fn sources_down(&self) -> &BTreeMap<String, String> {
         &self.sources_down
-    }
-
-    /// Loads the catalog paths (or the embedded demo when there are none) and builds.
-    pub fn load(config: &Config, paths: &[std::path::PathBuf]) -> Result<Self> {
-        let descriptors = load_descriptors(config, paths)?;
-        Catalog::build(
-            descriptors,
-            &Facts {
-                config,
-                env: &Facts::process_env,
-                sources_down: &Default::default(),
-            },
-        )
     }
 
     /// The effective policy this catalog was filtered with.
@@ -475,11 +544,29 @@ impl Catalog {
     pub fn index(&self) -> Result<&SearchIndex> {
         self.index
             .get_or_init(|| {
-                let docs = std::mem::take(&mut *self.docs.lock());
-                SearchIndex::build(&docs).map_err(|e| e.to_string())
+                let lexical = match &self.index_home {
+                    Some(home) => home.index(
+                        self.cataloged()
+                            .iter()
+                            .map(|e| (e.id.as_str(), e.descriptor.name.as_str())),
+                        || self.index_docs(),
+                    ),
+                    None => SearchIndex::build(&self.index_docs()),
+                };
+                let built = match &self.semantic {
+                    Some(model) => lexical
+                        .and_then(|index| index.with_dense(model.clone(), &self.index_docs())),
+                    None => lexical,
+                };
+                built.map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| Error::Index(e.clone()))
+    }
+
+    /// What the index is built from: the cataloged entries' text, in order.
+    fn index_docs(&self) -> Vec<IndexDoc> {
+        self.cataloged().iter().map(Entry::index_doc).collect()
     }
 
     /// Builds the index ahead of the first search, for hosts that outlive one command.
@@ -488,27 +575,6 @@ impl Catalog {
             tracing::warn!("{e}");
         }
     }
-}
-
-/// The descriptors of `paths` (else the config's `[catalog] paths`, else the embedded
-/// demo), unplanned.
-pub fn load_descriptors(
-    config: &Config,
-    paths: &[std::path::PathBuf],
-) -> Result<Vec<ToolDescriptor>> {
-    let paths: Vec<_> = if paths.is_empty() {
-        config.catalog.paths.clone()
-    } else {
-        paths.to_vec()
-    };
-    if paths.is_empty() {
-        return embedded::demo_descriptors();
-    }
-    let mut all = Vec::new();
-    for p in &paths {
-        all.extend(load::load_path(p)?);
-    }
-    Ok(all)
 }
 
 fn response_bytes(groups: &[BatchGroup]) -> usize {
@@ -542,10 +608,6 @@ mod tests {
         assert!(c.index.get().is_none(), "a lookup by id built it");
         assert!(!c.search("create issue", None).unwrap().is_empty());
         assert!(c.index.get().is_some());
-        assert!(
-            c.docs.lock().is_empty(),
-            "the documents are kept after indexing"
-        );
     }
 
     #[test]

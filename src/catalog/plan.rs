@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::descriptor::{Availability, CatalogMode, Source, ToolDescriptor};
 use crate::config::Config;
@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::policy::{PatternSet, Policy, Toolsets};
 
 /// Why a tool is not offered, in the words of one failing signal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnostic {
     /// The signal that failed: `auth`, `config`, `env`, `plugin-enabled`, `context`, or
     /// `source-down`.
@@ -41,7 +41,7 @@ pub struct Diagnostic {
 }
 
 /// A tool kept out of the catalog because a signal failed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HiddenTool {
     pub id: String,
     pub name: String,
@@ -51,7 +51,7 @@ pub struct HiddenTool {
 }
 
 /// Something the merge decided that a person should be able to see.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {
     /// `core-override`, `override-refused`, `plugin-replaced`, `fallback`...
     pub code: String,

@@ -1,26 +1,47 @@
-//! The model client over HTTP: OpenAI Responses or Chat Completions against any compatible
-//! base URL, streamed (SSE) or not, with a timeout and retries with backoff on 429 and 5xx.
+//! The model client over HTTP: OpenAI Responses, OpenAI Chat Completions or Anthropic
+//! Messages against any compatible base URL, streamed (SSE) or not, with a timeout and
+//! retries with backoff on 429 and 5xx.
 //!
 //! It builds no body of its own: what it sends is [`payload::request_body`]'s, the body
-//! `toolsearch surface` reports and QA measures, with the whole conversation. The tool
-//! calls of an answer are read with [`crate::provider::normalize`]; only its text (the two
-//! OpenAI shapes) is picked out here.
+//! `toolsearch surface` reports and QA measures, with the whole conversation, plus the
+//! client's options as [`options::apply`] spells them for the provider. The tool calls and
+//! the text of an answer are read with [`crate::provider::normalize`].
+//!
+//! A stream is read as it arrives: each event goes to the tool-call assembler, and each
+//! piece of text to the client at once when it streams too ([`ModelRequest::text`]). The
+//! provider is asked to stream when `[provider] stream` is set or the client streams.
 //!
 //! The API key is read from the variable `provider.api_key_env` names, sent as a bearer
-//! token, and never written to logs, errors or session files. A streamed answer is read
-//! whole and then assembled (tool calls need every fragment anyway); the turn's latency is
-//! the provider's.
+//! token (`x-api-key` for Anthropic), and never written to logs, errors or session files:
+//! a provider's error text that repeats it gets it replaced. A failed answer keeps the
+//! provider's status, error type and code and `Retry-After` ([`ModelError`]) so the gateway
+//! can give its client the same.
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::{Value, json};
+use sse_stream::SseStream;
 
-use crate::agent::{Message, Model, ModelFuture, ModelReply, ModelRequest};
+use crate::agent::{
+    Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
+};
 use crate::config::ProviderConfig;
-use crate::provider::normalize::{StreamAssembler, parse_sse, tool_calls};
-use crate::provider::{Item, Provider, Request, WireNames, payload};
+use crate::provider::normalize::{
+    StreamAssembler, StreamUsage, event_values, reply_text, stream_text, tool_calls, usage,
+};
+use crate::provider::{Item, Provider, Request, WireNames, options, payload};
 
-/// An OpenAI-compatible provider.
+/// The largest answer read from a provider, whole or streamed.
+pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// The Messages API version sent to Anthropic.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Characters of a provider's error body quoted when it is not a JSON error.
+const ERROR_SNIPPET_CHARS: usize = 300;
+
+/// A provider over HTTP.
 pub struct HttpModel {
     provider: Provider,
     base_url: String,
@@ -32,14 +53,13 @@ pub struct HttpModel {
 }
 
 impl HttpModel {
+    /// The client of `[provider]`; an error names what is wrong in the config or the
+    /// environment (an unset key variable).
     pub fn new(config: &ProviderConfig) -> Result<Self, String> {
         let provider = Provider::parse(&config.kind).map_err(|e| e.to_string())?;
-        if !matches!(
-            provider,
-            Provider::OpenaiResponses | Provider::OpenaiCompletions
-        ) {
+        if provider == Provider::Google {
             return Err(format!(
-                "provider.kind = {:?}: the gateway speaks openai-responses and openai-completions",
+                "provider.kind = {:?}: the gateway speaks openai-responses, openai-completions and anthropic",
                 config.kind
             ));
         }
@@ -69,16 +89,42 @@ impl HttpModel {
         })
     }
 
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
     fn url(&self) -> String {
-        match self.provider {
-            Provider::OpenaiCompletions => format!("{}/chat/completions", self.base_url),
-            _ => format!("{}/responses", self.base_url),
+        let path = match self.provider {
+            Provider::OpenaiCompletions => "chat/completions",
+            Provider::Anthropic => "messages",
+            _ => "responses",
+        };
+        format!("{}/{path}", self.base_url)
+    }
+
+    /// A request with the provider's authentication (and Anthropic's version header).
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let mut req = self.http.request(method, url);
+        match (self.provider, &self.api_key) {
+            (Provider::Anthropic, key) => {
+                req = req.header("anthropic-version", ANTHROPIC_VERSION);
+                if let Some(key) = key {
+                    req = req.header("x-api-key", key);
+                }
+            }
+            (_, Some(key)) => req = req.bearer_auth(key),
+            (_, None) => {}
         }
+        req
+    }
+
+    fn streams(&self, request: &ModelRequest) -> bool {
+        self.stream || request.text.is_some()
     }
 
     /// The request body for this conversation: the provider's body for the surface, built
     /// by [`payload::request_body`] as `toolsearch surface` reports it, with the whole
-    /// conversation and, when streaming, `"stream": true`.
+    /// conversation, the client's options and, when streaming, `"stream": true`.
     pub fn body(&self, request: &ModelRequest) -> Value {
         let conversation: Vec<Item> = request.messages.iter().map(item_of).collect();
         let mut body = payload::request_body(
@@ -92,22 +138,31 @@ impl HttpModel {
                 google_legacy: false,
             },
         );
-        if self.stream {
+        let names = WireNames::new(self.provider, &request.tools);
+        options::apply(self.provider, &mut body, &request.options, &names);
+        if self.streams(request) {
             body["stream"] = json!(true);
+            // Chat streams count tokens only when asked to.
+            if self.provider == Provider::OpenaiCompletions {
+                body["stream_options"] = json!({"include_usage": true});
+            }
         }
         body
     }
 
-    async fn send(&self, body: &Value) -> Result<String, String> {
+    /// Sends `body`, retrying on a failed connection, a timeout, 429 and 5xx; the answer
+    /// when its status is a success, else the provider's error.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
         let name = self.provider.as_str();
         let url = self.url();
         let mut attempt = 0;
         loop {
-            let mut req = self.http.post(&url).json(body);
-            if let Some(key) = &self.api_key {
-                req = req.bearer_auth(key);
-            }
-            let response = match req.send().await {
+            let response = match self
+                .request(reqwest::Method::POST, &url)
+                .json(body)
+                .send()
+                .await
+            {
                 Ok(r) => r,
                 Err(e) if attempt < self.retries && (e.is_connect() || e.is_timeout()) => {
                     attempt += 1;
@@ -120,69 +175,204 @@ impl HttpModel {
                     } else {
                         "failed"
                     };
-                    return Err(format!(
+                    return Err(ModelError::from(format!(
                         "{name} at {url}: the request {what}: {}",
                         without_url(&e)
-                    ));
+                    )));
                 }
             };
             let status = response.status();
+            if status.is_success() {
+                return Ok(response);
+            }
             if (status.as_u16() == 429 || status.is_server_error()) && attempt < self.retries {
-                let retry_after = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
+                let retry_after = header(&response, "retry-after").and_then(|v| v.parse().ok());
                 attempt += 1;
                 tokio::time::sleep(backoff(attempt, retry_after)).await;
                 continue;
             }
-            let text = response.text().await.map_err(|e| {
-                format!(
-                    "{name} at {url}: reading the answer failed: {}",
-                    without_url(&e)
-                )
-            })?;
-            if !status.is_success() {
-                let mut snippet: String = text.chars().take(300).collect();
-                if text.chars().count() > 300 {
-                    snippet.push('…');
-                }
-                return Err(format!("{name} at {url} answered {status}: {snippet}"));
-            }
-            return Ok(text);
+            return Err(self.error_of(response, &url).await);
         }
     }
 
-    fn parse(&self, text: &str, request: &ModelRequest) -> Result<ModelReply, String> {
-        let name = self.provider.as_str();
-        let names = WireNames::new(self.provider, &request.tools);
-        let garbage =
-            |why: String| format!("{name} answered something that is not a response: {why}");
-        let (calls, text_out) = if self.stream {
-            let events = parse_sse(text);
-            if events.is_empty() {
-                return Err(garbage("no server-sent events".into()));
-            }
-            let mut assembler = StreamAssembler::new(self.provider);
-            let mut out = String::new();
-            for e in &events {
-                assembler.push(e).map_err(|e| garbage(e.to_string()))?;
-                out.push_str(&stream_text(self.provider, e));
-            }
-            (assembler.finish().map_err(|e| garbage(e.to_string()))?, out)
-        } else {
-            let v: Value = serde_json::from_str(text).map_err(|e| garbage(e.to_string()))?;
-            let calls = tool_calls(self.provider, &v).map_err(|e| garbage(e.to_string()))?;
-            (calls, reply_text(self.provider, &v))
+    /// A provider's error answer: its status, `Retry-After`, and the type, code and
+    /// message of OpenAI's `{"error": {...}}` or Anthropic's `{"type": "error", "error":
+    /// {...}}` (else the start of the body).
+    async fn error_of(&self, response: reqwest::Response, url: &str) -> ModelError {
+        let status = response.status();
+        let retry_after = header(&response, "retry-after");
+        let text = read_bounded(response, 64 * 1024).await.unwrap_or_default();
+        let error = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").cloned());
+        let field = |key: &str| {
+            error
+                .as_ref()
+                .and_then(|e| e.get(key))
+                .and_then(Value::as_str)
+                .map(|s| self.scrub(s))
         };
-        Ok(ModelReply {
-            text: text_out,
-            tool_calls: calls
-                .into_iter()
-                .map(|c| c.with_original_names(&names))
-                .collect(),
+        let said = match (field("message"), &error) {
+            (Some(message), _) => message,
+            (None, Some(Value::String(s))) => self.scrub(s),
+            _ => {
+                let mut snippet: String = text.chars().take(ERROR_SNIPPET_CHARS).collect();
+                if text.chars().count() > ERROR_SNIPPET_CHARS {
+                    snippet.push('…');
+                }
+                self.scrub(&snippet)
+            }
+        };
+        ModelError {
+            message: format!(
+                "{} at {url} answered {status}: {said}",
+                self.provider.as_str()
+            ),
+            status: Some(status.as_u16()),
+            kind: field("type"),
+            code: field("code"),
+            retry_after,
+        }
+    }
+
+    /// `text` with the API key, should a provider repeat it, replaced.
+    fn scrub(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) if key.len() >= 4 => text.replace(key.as_str(), "[api key]"),
+            _ => text.to_string(),
+        }
+    }
+
+    fn garbage(&self, why: impl std::fmt::Display) -> ModelError {
+        ModelError::from(format!(
+            "{} answered something that is not a response: {why}",
+            self.provider.as_str()
+        ))
+    }
+
+    /// A whole (non-streamed) answer: its tool calls, text and usage.
+    fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| self.garbage(e))?;
+        let calls = tool_calls(self.provider, &v).map_err(|e| self.garbage(e))?;
+        Ok(Answer {
+            calls,
+            text: reply_text(self.provider, &v),
+            usage: usage(self.provider, &v),
         })
+    }
+
+    /// A streamed answer, read event by event: tool calls assembled, text sent on to the
+    /// client as it comes when it streams.
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        request: &ModelRequest,
+    ) -> Result<Answer, ModelError> {
+        let name = self.provider.as_str();
+        // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature.
+        let chunks = futures::stream::try_unfold(response, |mut r| async move {
+            Ok::<_, reqwest::Error>(r.chunk().await?.map(|chunk| (chunk, r)))
+        });
+        let mut read = 0usize;
+        // One chunk per line: sse-stream answers a line that is not SSE with an error and
+        // drops the rest of its chunk, so a stray line costs only itself.
+        let lines = chunks.flat_map(|chunk| {
+            let pieces: Vec<Result<bytes::Bytes, reqwest::Error>> = match chunk {
+                Ok(bytes) => split_lines(bytes).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(pieces)
+        });
+        let mut events = std::pin::pin!(SseStream::from_bytes_stream(lines));
+        let mut assembler = StreamAssembler::new(self.provider);
+        let mut text = String::new();
+        let mut counted = StreamUsage::default();
+        let mut any = false;
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(e) => e,
+                Err(sse_stream::Error::Body(e)) => {
+                    return Err(ModelError::from(format!(
+                        "{name}: reading the stream failed: {e}"
+                    )));
+                }
+                Err(_) => continue,
+            };
+            let Some(data) = event.data else { continue };
+            read += data.len();
+            if read > MAX_ANSWER_BYTES {
+                return Err(self.garbage(format!(
+                    "the stream is larger than {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+            for value in event_values(&data) {
+                any = true;
+                assembler.push(&value).map_err(|e| self.stream_error(e))?;
+                counted.observe(self.provider, &value);
+                if let Some(piece) = stream_text(self.provider, &value) {
+                    text.push_str(&piece);
+                    if let Some(out) = &request.text {
+                        out.send(&piece).await;
+                    }
+                }
+            }
+        }
+        if !any {
+            return Err(self.garbage("no server-sent events"));
+        }
+        let calls = assembler.finish().map_err(|e| self.garbage(e))?;
+        Ok(Answer {
+            calls,
+            text,
+            usage: counted.finish(),
+        })
+    }
+
+    /// An error a stream carried: the provider's own error stays one (not "garbage").
+    fn stream_error(&self, e: crate::provider::ProviderError) -> ModelError {
+        match e {
+            crate::provider::ProviderError::Upstream(message) => ModelError::from(format!(
+                "{} reported an error in its stream: {}",
+                self.provider.as_str(),
+                self.scrub(&message)
+            )),
+            other => self.garbage(other),
+        }
+    }
+
+    /// `GET {base_url}/models`, as OpenAI's list entries.
+    async fn list_models(&self) -> Result<Vec<Value>, ModelError> {
+        let url = format!("{}/models", self.base_url);
+        let response = self
+            .request(reqwest::Method::GET, &url)
+            .send()
+            .await
+            .map_err(|e| ModelError::from(format!("{url}: {}", without_url(&e))))?;
+        if !response.status().is_success() {
+            return Err(self.error_of(response, &url).await);
+        }
+        let text = read_bounded(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| ModelError::from(format!("{url}: {e}")))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| self.garbage(e))?;
+        let owner = match self.provider {
+            Provider::Anthropic => "anthropic",
+            _ => "upstream",
+        };
+        Ok(v.get("data")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                let id = m.get("id").and_then(Value::as_str)?;
+                Some(json!({
+                    "id": id,
+                    "object": "model",
+                    "created": m.get("created").and_then(Value::as_u64).unwrap_or(0),
+                    "owned_by": m.get("owned_by").and_then(Value::as_str).unwrap_or(owner),
+                }))
+            })
+            .collect())
     }
 }
 
@@ -190,10 +380,46 @@ impl Model for HttpModel {
     fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a> {
         Box::pin(async move {
             let body = self.body(request);
-            let text = self.send(&body).await?;
-            self.parse(&text, request)
+            let response = self.send(&body).await?;
+            let streamed = self.streams(request);
+            let answer = if streamed {
+                self.read_stream(response, request).await?
+            } else {
+                let text = read_bounded(response, MAX_ANSWER_BYTES)
+                    .await
+                    .map_err(|e| {
+                        ModelError::from(format!(
+                            "{} at {}: reading the answer failed: {e}",
+                            self.provider.as_str(),
+                            self.url()
+                        ))
+                    })?;
+                self.parse_whole(&text)?
+            };
+            let names = WireNames::new(self.provider, &request.tools);
+            Ok(ModelReply {
+                text: answer.text,
+                tool_calls: answer
+                    .calls
+                    .into_iter()
+                    .map(|c| c.with_original_names(&names))
+                    .collect(),
+                streamed: streamed && request.text.is_some(),
+                usage: answer.usage,
+            })
         })
     }
+
+    fn models(&self) -> ModelsFuture<'_> {
+        Box::pin(self.list_models())
+    }
+}
+
+/// One answer as read: its calls (wire names), text and usage.
+struct Answer {
+    calls: Vec<crate::provider::ToolCall>,
+    text: String,
+    usage: Option<crate::provider::Usage>,
 }
 
 /// The agent's message as the provider layer encodes it.
@@ -221,6 +447,42 @@ fn item_of(message: &Message) -> Item<'_> {
     }
 }
 
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// A body read whole, at most `max` bytes.
+async fn read_bounded(mut response: reqwest::Response, max: usize) -> Result<String, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| without_url(&e))? {
+        if body.len() + chunk.len() > max {
+            return Err(format!("the answer is larger than {max} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `bytes` cut after each line feed (the last piece may be an unfinished line).
+fn split_lines(bytes: bytes::Bytes) -> Vec<bytes::Bytes> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'\n' {
+            pieces.push(bytes.slice(start..=i));
+            start = i + 1;
+        }
+    }
+    if start < bytes.len() {
+        pieces.push(bytes.slice(start..));
+    }
+    pieces
+}
+
 /// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.
 fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
     let ms = retry_after_s
@@ -238,37 +500,6 @@ fn without_url(e: &reqwest::Error) -> String {
     s
 }
 
-fn reply_text(provider: Provider, v: &Value) -> String {
-    match provider {
-        Provider::OpenaiCompletions => v
-            .pointer("/choices/0/message/content")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        _ => crate::provider::normalize::responses_output_text(v),
-    }
-}
-
-fn stream_text(provider: Provider, e: &Value) -> String {
-    match provider {
-        Provider::OpenaiCompletions => e
-            .pointer("/choices/0/delta/content")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        _ => {
-            if e.get("type").and_then(Value::as_str) == Some("response.output_text.delta") {
-                e.get("delta")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            } else {
-                String::new()
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +509,11 @@ mod tests {
         assert_eq!(backoff(1, None), Duration::from_millis(100));
         assert_eq!(backoff(3, None), Duration::from_millis(400));
         assert_eq!(backoff(1, Some(60)), Duration::from_millis(5_000));
+    }
+
+    #[test]
+    fn lines_are_cut_after_each_line_feed() {
+        let pieces = split_lines(bytes::Bytes::from_static(b"data: 1\n\ndata: 2"));
+        assert_eq!(pieces, ["data: 1\n", "\n", "data: 2"]);
     }
 }

@@ -1,7 +1,16 @@
-//! The HTTP fronts of a model: [`server`], the gateway (`POST /v1/responses` runs one
-//! [`crate::agent`] turn against the configured provider), [`client`], the HTTP client of that
-//! provider, and [`mock`], a scripted provider for QA and tests.
+//! The HTTP fronts of a model: [`server`], the gateway — an OpenAI-compatible endpoint
+//! ([`responses`], [`chat`]) that runs one [`crate::agent`] turn per request ([`turn`])
+//! against the configured provider, streamed ([`sse`]) or not, keeping responses for
+//! `previous_response_id` ([`store`]); [`client`], the HTTP client of that provider; and
+//! [`mock`], a scripted provider for QA and tests.
 
+mod chat;
 pub mod client;
+pub mod errors;
+mod forward;
 pub mod mock;
+mod responses;
 pub mod server;
+mod sse;
+pub mod store;
+mod turn;

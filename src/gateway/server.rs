@@ -1,38 +1,43 @@
-//! `toolsearch gateway`: `POST /v1/responses` runs one agent turn (OpenAI Responses shapes
-//! in and out) against the configured provider, with the configured catalog, mode and
-//! policy; `GET /healthz`. Each `metadata.session_key` is a session: its own dispatcher
-//! (hooks one at a time, its session log under the state directory) and conversation
-//! history, one turn at a time.
+//! `toolsearch gateway`: an OpenAI-compatible endpoint that runs one agent turn per
+//! request against the configured provider, with the configured catalog, mode and policy.
 //!
-//! Client tools sent in the request are declared to the model as they are (they stay
-//! directly visible in every mode) and a call to one ends the turn with a `function_call`
-//! item for the client to run. Requests are bounded (4 MiB) and strict: malformed JSON or an
-//! unknown field is a 400 with a JSON error, never a panic. On SIGTERM or SIGINT the server
-//! stops accepting, aborts turns in flight, and exits with no sandbox child left.
+//! Routes: `POST /v1/responses` and `GET /v1/responses/{id}` ([`super::responses`]),
+//! `POST /v1/chat/completions` ([`super::chat`]), `GET /v1/models`, `GET /healthz`. Each
+//! `metadata.session_key` is a session: its own dispatcher (hooks one at a time, its
+//! session log under the state directory) and conversation history, one turn at a time.
+//! Responses are kept for `previous_response_id` ([`super::store`]).
+//!
+//! Client tools sent in a request are declared to the model as they are, in every mode,
+//! and a call to one ends the turn with that call for the client to run. Requests are
+//! bounded (4 MiB) and strict: malformed JSON, a wrong type or an unknown field is a 400
+//! in OpenAI's error shape, never a panic. On SIGTERM or SIGINT the server stops
+//! accepting, aborts turns in flight, and exits with no sandbox child left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, Message, Model};
-use crate::catalog::{Catalog, ExecutorSpec, ToolDescriptor};
+use super::errors::ApiError;
+use super::store::{MemoryStore, ResponseStore};
+use crate::agent::{Message, Model};
+use crate::catalog::Catalog;
 use crate::config::Mode;
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
+use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
-use crate::surface;
 use crate::telemetry::SessionLog;
 
 /// The keys made for requests that name no session. A client may not use one: it would
@@ -42,11 +47,14 @@ pub const GENERATED_KEY_PREFIX: &str = "gw-";
 
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
+/// The memory all stored responses may take together.
+pub const STORE_MAX_BYTES: usize = 256 * 1024 * 1024;
+
 /// What the gateway runs with.
 pub struct Gateway {
     /// The config, the catalog as it follows the upstream servers, what catalogs are built
     /// from (client tools join them per request), the executors and the state directory.
-    host: Arc<Host>,
+    pub(super) host: Arc<Host>,
     pub mode: Mode,
     pub sandbox: Option<Arc<Sandbox>>,
     /// Spare children of `sandbox` (`[sandbox] spares`), started with the server.
@@ -54,51 +62,15 @@ pub struct Gateway {
     pub code_unavailable: Option<String>,
     pub model: Arc<dyn Model>,
     pub provider: Provider,
+    pub(super) store: Arc<dyn ResponseStore>,
     sessions: AsyncMutex<HashMap<String, Arc<Session>>>,
     shutdown: CancellationToken,
-    counter: std::sync::atomic::AtomicU64,
+    counter: AtomicU64,
 }
 
-struct Session {
-    dispatcher: Arc<Dispatcher>,
-    history: AsyncMutex<Vec<Message>>,
-}
-
-/// The accepted request fields. `model`, `max_output_tokens`, `temperature` and `stream:
-/// false` are accepted (clients send them) but not forwarded: the configured provider and
-/// model decide. Their fields are named `_...`: read by serde, by nothing else.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TurnRequest {
-    #[serde(default, rename = "model")]
-    _model: Option<String>,
-    input: Value,
-    #[serde(default)]
-    instructions: Option<String>,
-    #[serde(default)]
-    tools: Vec<Value>,
-    #[serde(default, rename = "max_output_tokens")]
-    _max_output_tokens: Option<u64>,
-    #[serde(default)]
-    metadata: Option<Metadata>,
-    #[serde(default, rename = "temperature")]
-    _temperature: Option<f64>,
-    #[serde(default)]
-    stream: Option<bool>,
-}
-
-#[derive(Deserialize, Default)]
-struct Metadata {
-    #[serde(default)]
-    session_key: Option<String>,
-}
-
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(json!({"error": {"message": message.into(), "type": "invalid_request_error"}})),
-    )
-        .into_response()
+pub(super) struct Session {
+    pub(super) dispatcher: Arc<Dispatcher>,
+    pub(super) history: Arc<AsyncMutex<Vec<Message>>>,
 }
 
 impl Gateway {
@@ -110,6 +82,12 @@ impl Gateway {
             Ok(s) => (s, None),
             Err(e) => (None, Some(e)),
         };
+        let kept = &host.config.gateway;
+        let store = Arc::new(MemoryStore::new(
+            kept.stored_responses,
+            STORE_MAX_BYTES,
+            Duration::from_secs(kept.stored_ttl_s),
+        ));
         Arc::new(Gateway {
             host,
             mode,
@@ -118,35 +96,40 @@ impl Gateway {
             code_unavailable,
             model,
             provider,
+            store,
             sessions: AsyncMutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
-            counter: std::sync::atomic::AtomicU64::new(0),
+            counter: AtomicU64::new(0),
         })
     }
 
-    /// The gateway of `host` and its configured `[provider]`, served on `listener` until
-    /// `stop` resolves; then the upstream servers are stopped too.
+    /// The gateway of `host` and its configured `[provider]`: a bad provider kind or an
+    /// unset key variable is an error here, before anything listens.
+    pub fn for_host(host: Arc<Host>) -> Result<Arc<Self>> {
+        let config = &host.config;
+        let bad = |message: String| Error::BadConfig {
+            file: config.file.clone().unwrap_or_else(|| "(defaults)".into()),
+            message,
+        };
+        let provider = Provider::parse(&config.provider.kind).map_err(|e| bad(e.to_string()))?;
+        let model = super::client::HttpModel::new(&config.provider).map_err(bad)?;
+        Ok(Gateway::new(Arc::clone(&host), Arc::new(model), provider))
+    }
+
+    /// Serves on `listener` until `stop` resolves; then the host's upstream servers are
+    /// stopped too.
     pub async fn run(
-        host: Arc<Host>,
+        self: Arc<Self>,
         listener: tokio::net::TcpListener,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> crate::error::Result<()> {
-        let config = &host.config;
-        let provider = Provider::parse(&config.provider.kind)?;
-        let model = super::client::HttpModel::new(&config.provider).map_err(|message| {
-            crate::error::Error::BadConfig {
-                file: config.file.clone().unwrap_or_else(|| "(defaults)".into()),
-                message,
-            }
-        })?;
-        let gateway = Gateway::new(Arc::clone(&host), Arc::new(model), provider);
-        host.warm();
-        gateway.stop_on(stop);
-        let served = gateway
+    ) -> Result<()> {
+        self.host.warm();
+        self.stop_on(stop);
+        let served = self
             .serve(listener)
             .await
-            .map_err(|e| crate::error::Error::Serve(format!("gateway: {e}")));
-        host.stop().await;
+            .map_err(|e| Error::Serve(format!("gateway: {e}")));
+        self.host.stop().await;
         served
     }
 
@@ -158,7 +141,11 @@ impl Gateway {
     pub fn router(self: &Arc<Self>) -> axum::Router {
         axum::Router::new()
             .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
-            .route("/v1/responses", post(turn))
+            .route("/v1/responses", post(super::responses::create))
+            .route("/v1/responses/{id}", get(super::responses::retrieve))
+            .route("/v1/chat/completions", post(super::chat::create))
+            .route("/v1/models", get(models))
+            .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(Arc::clone(self))
     }
@@ -184,6 +171,24 @@ impl Gateway {
         self.shutdown.cancel();
     }
 
+    pub(super) fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub(super) fn spares(&self) -> Option<Arc<SparePool>> {
+        self.spares.get().cloned().flatten()
+    }
+
+    /// A number no other request of this gateway gets (generated session keys).
+    pub(super) fn next(&self) -> u64 {
+        self.counter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The model a request gets when it names none.
+    pub(super) fn configured_model(&self) -> &str {
+        &self.host.config.provider.model
+    }
+
     /// Stops the server when `signal` resolves (e.g. [`crate::signals::shutdown`], whose
     /// handlers are installed when it is called, so no signal meets the default action).
     pub fn stop_on(
@@ -200,7 +205,11 @@ impl Gateway {
         });
     }
 
-    async fn session(&self, key: &str, keep: bool) -> Result<Arc<Session>, String> {
+    pub(super) async fn session(
+        &self,
+        key: &str,
+        keep: bool,
+    ) -> std::result::Result<Arc<Session>, String> {
         let mut sessions = self.sessions.lock().await;
         // Only a named session is looked up: a request without a key never joins one,
         // whatever key the gateway made up for it.
@@ -217,7 +226,7 @@ impl Gateway {
             .build();
         let s = Arc::new(Session {
             dispatcher: Arc::new(dispatcher),
-            history: AsyncMutex::new(Vec::new()),
+            history: Arc::new(AsyncMutex::new(Vec::new())),
         });
         if keep {
             sessions.insert(key.to_string(), Arc::clone(&s));
@@ -226,182 +235,33 @@ impl Gateway {
     }
 }
 
-/// The user's text from a Responses `input`: a string, or the last user message of a list.
-fn prompt_of(input: &Value) -> Option<String> {
-    match input {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(items) => items.iter().rev().find_map(|i| {
-            if i.get("role").and_then(Value::as_str) != Some("user") {
-                return None;
-            }
-            match i.get("content") {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Array(parts)) => Some(
-                    parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                ),
-                _ => None,
-            }
-        }),
-        _ => None,
-    }
-}
-
-/// Client tools of the request as catalog descriptors (source client, run by the client).
-fn client_tools(tools: &[Value]) -> Result<Vec<ToolDescriptor>, String> {
-    let text = Value::Array(tools.to_vec()).to_string();
-    crate::catalog::load::parse_catalog_text(std::path::Path::new("request.tools.json"), &text)
-        .map_err(|e| format!("tools: {e}"))
-        .map(|mut ds| {
-            for d in &mut ds {
-                d.executor = Some(ExecutorSpec::Client);
-            }
-            ds
-        })
-}
-
-async fn turn(State(gw): State<Arc<Gateway>>, body: axum::body::Bytes) -> Response {
-    let request: TurnRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
-    };
-    if request.stream == Some(true) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "stream: true is not supported by this gateway; send stream: false",
-        );
-    }
-    let Some(prompt) = prompt_of(&request.input) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "input: expected a string or a list holding a user message",
-        );
-    };
-    let given = request.metadata.and_then(|m| m.session_key);
-    // Without a key the session is this request's alone: kept, it would only hold a log
-    // file open until the gateway stops.
-    let keep = given.is_some();
-    let key = given.unwrap_or_else(|| {
-        format!(
-            "{GENERATED_KEY_PREFIX}{}",
-            gw.counter
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        )
-    });
-    if keep && key.starts_with(GENERATED_KEY_PREFIX) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "metadata.session_key: `{GENERATED_KEY_PREFIX}` begins the keys this gateway makes for requests without one; choose another key"
-            ),
-        );
-    }
-    if key.len() > 200 {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "metadata.session_key: at most 200 bytes",
-        );
-    }
-    let session = match gw.session(&key, keep).await {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
-    };
-    // Client tools join the catalog for this turn; without them the configured one is used.
-    let (catalog, dispatcher) = if request.tools.is_empty() {
-        (gw.catalog(), Arc::clone(&session.dispatcher))
-    } else {
-        let extra = match client_tools(&request.tools) {
-            Ok(t) => t,
-            Err(e) => return error(StatusCode::BAD_REQUEST, e),
-        };
-        let catalog = match gw.host.sources().build_with(extra) {
-            Ok(c) => Arc::new(c),
-            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-        };
-        let dispatcher = match DispatcherBuilder::new(Arc::clone(&catalog)).config(&gw.host.config)
-        {
-            Ok(b) => b.executors(gw.host.executors()).session_log(Arc::new(
-                SessionLog::open(&gw.host.state_dir(), &key)
-                    .unwrap_or_else(|_| SessionLog::disabled(&key)),
-            )),
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        };
-        (catalog, Arc::new(dispatcher.build()))
-    };
-    let code_available = match &gw.code_unavailable {
-        Some(r) => Err(r.clone()),
-        None => Ok(()),
-    };
-    let options = gw
-        .host
-        .surface_options(&catalog, gw.mode, code_available, &prompt);
-    let planned = match surface::plan_request(
-        &catalog,
-        &options,
-        gw.provider,
-        request.instructions.as_deref().unwrap_or(""),
-        false,
-    ) {
-        Ok(p) => p,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    dispatcher
-        .log()
-        .event("request", planned.log_event(&catalog));
-    let agent = Arc::new(
-        Agent::new(
-            Arc::clone(&dispatcher),
-            planned.surface.clone(),
-            gw.sandbox.clone(),
-            Duration::from_millis(catalog.settings().code_timeout_ms),
-            gw.host.config.provider.max_rounds,
-        )
-        .with_client_passthrough()
-        .with_spares(gw.spares.get().cloned().flatten()),
-    );
-    let mut history = session.history.lock().await;
-    let outcome = agent
-        .run_turn(
-            gw.model.as_ref(),
-            &planned.system,
-            history.clone(),
-            &prompt,
-            gw.shutdown.child_token(),
-        )
-        .await;
-    let outcome = match outcome {
-        Ok(o) => o,
+/// `GET /v1/models`: the provider's list, or the configured model when it lists none (or
+/// cannot be asked).
+async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+    let listed = match gw.model.models().await {
+        Ok(list) => list,
         Err(e) => {
-            dispatcher.log().event(
-                "turn_error",
-                json!({"code": e.code(), "message": e.to_string()}),
-            );
-            return error(StatusCode::BAD_GATEWAY, e.to_string());
+            tracing::debug!("the provider lists no models: {}", e.message);
+            Vec::new()
         }
     };
-    *history = outcome.messages.clone();
-    let n = gw
-        .counter
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut output: Vec<Value> = outcome
-        .pending
-        .iter()
-        .map(|c| json!({"type": "function_call", "id": format!("fc_{}", c.id), "call_id": c.id, "name": c.name, "arguments": c.arguments.to_string(), "status": "completed"}))
-        .collect();
-    if !outcome.text.is_empty() || output.is_empty() {
-        output.push(json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": outcome.text, "annotations": []}]}));
-    }
-    Json(json!({
-        "id": format!("resp_gw_{n}"),
-        "object": "response",
-        "status": "completed",
-        "output": output,
-        "metadata": {"session_key": key},
-        "toolsearch": {"mode": planned.summary.mode, "stop": outcome.stop, "rounds": outcome.rounds, "calls": outcome.calls, "summary": planned.summary},
-    }))
+    let data = if listed.is_empty() {
+        vec![json!({
+            "id": gw.configured_model(),
+            "object": "model",
+            "created": 0,
+            "owned_by": "toolsearch",
+        })]
+    } else {
+        listed
+    };
+    Json(json!({"object": "list", "data": Value::Array(data)})).into_response()
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    ApiError::not_found(format!(
+        "this gateway has no route {method} {}; it serves POST /v1/responses, GET /v1/responses/{{id}}, POST /v1/chat/completions, GET /v1/models and GET /healthz",
+        uri.path()
+    ))
     .into_response()
 }

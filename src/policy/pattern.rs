@@ -20,7 +20,7 @@ use crate::ids::ToolKey;
 
 /// Toolsets by name. Every plugin id and MCP server name is an implicit toolset of all
 /// its tools (`github` = `openclaw:github:*`); a configured toolset of the same name wins.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Toolsets {
     by_name: BTreeMap<String, Vec<String>>,
 }

@@ -10,7 +10,10 @@
 //! - in: a response -> [`normalize::tool_calls`], or the events of a stream (an SSE body
 //!   read by [`normalize::parse_sse`]) -> [`normalize::StreamAssembler`]; either gives
 //!   [`ToolCall`]s `{id, name, arguments: object}` -> [`ToolCall::with_original_names`]
-//!   (back to catalog names).
+//!   (back to catalog names);
+//! - beside them: [`options`], what a client asks beyond tools and conversation (model,
+//!   sampling, limits, format, tool choice), spelled per provider; and the answer's text,
+//!   whole or streamed ([`normalize::reply_text`], [`normalize::stream_text`]).
 //!
 //! Nothing here talks to the network, and nothing here knows the agent loop. There is one
 //! encoder: `toolsearch surface` prints what [`payload::request_body`] builds for one
@@ -19,6 +22,7 @@
 //! measures (the bodies the mock recorded) is what a provider gets.
 
 pub mod normalize;
+pub mod options;
 pub mod payload;
 pub mod schema;
 
@@ -34,7 +38,8 @@ use serde_json::Value;
 
 use crate::error::Error;
 
-pub use normalize::{StreamAssembler, parse_sse, tool_calls};
+pub use normalize::{StreamAssembler, Usage, parse_sse, tool_calls};
+pub use options::{OutputFormat, Reasoning, RequestOptions, ToolChoice};
 pub use payload::{PayloadSummary, request_body, summary, tool_bytes};
 
 /// One tool as the model sees it, provider-neutral.

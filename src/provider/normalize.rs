@@ -364,21 +364,24 @@ pub fn parse_sse(text: &str) -> Vec<Value> {
         // The chunks are all there: the stream never waits, so one poll reads it all.
         .now_or_never()
         .unwrap_or_default();
-    let mut values = Vec::with_capacity(events.len());
-    for data in &events {
-        let data = data.trim();
-        if data.is_empty() || data == "[DONE]" {
-            continue;
-        }
-        match serde_json::from_str::<Value>(data) {
-            Ok(value) => values.push(value),
-            Err(_) => values.extend(
-                data.lines()
-                    .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok()),
-            ),
-        }
+    events.iter().flat_map(|data| event_values(data)).collect()
+}
+
+/// The JSON values of one SSE event's data: none for `[DONE]` or a blank event, one for
+/// JSON, else one per line that is JSON (servers that forget the blank line between
+/// events); what is not JSON is skipped (see [`parse_sse`]).
+pub fn event_values(data: &str) -> Vec<Value> {
+    let data = data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Vec::new();
     }
-    values
+    match serde_json::from_str::<Value>(data) {
+        Ok(value) => vec![value],
+        Err(_) => data
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+            .collect(),
+    }
 }
 
 /// Assembles the tool calls of one streamed response from its events, pushed in order.
@@ -764,6 +767,172 @@ fn block_index(
     obj.get("index")
         .and_then(Value::as_u64)
         .ok_or_else(|| bad(provider, &format!("`{kind}` has no `index`")))
+}
+
+// ---------------------------------------------------------------------------------------
+// Text
+// ---------------------------------------------------------------------------------------
+
+/// The answer's text of one non-streamed response, its parts joined: Chat
+/// `choices[0].message.content` (a string, or parts with `text`), the Responses `message`
+/// items' text, Anthropic's `text` blocks. Google: the text parts of the first candidate.
+pub fn reply_text(provider: Provider, response: &Value) -> String {
+    match provider {
+        Provider::OpenaiCompletions => match response.pointer("/choices/0/message/content") {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect(),
+            _ => String::new(),
+        },
+        Provider::OpenaiResponses => responses_output_text(response),
+        Provider::Anthropic => response
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+        Provider::Google => response
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+    }
+}
+
+/// The piece of the answer's text one stream event carries, if any: Chat
+/// `choices[0].delta.content`, Responses `response.output_text.delta`, Anthropic
+/// `content_block_delta` of type `text_delta`, a Google chunk's text parts.
+pub fn stream_text(provider: Provider, event: &Value) -> Option<String> {
+    let text = match provider {
+        Provider::OpenaiCompletions => {
+            let choice = event.pointer("/choices/0")?;
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                return None;
+            }
+            choice.pointer("/delta/content")?.as_str()?.to_string()
+        }
+        Provider::OpenaiResponses => {
+            if event.get("type")?.as_str()? != "response.output_text.delta" {
+                return None;
+            }
+            event.get("delta")?.as_str()?.to_string()
+        }
+        Provider::Anthropic => {
+            if event.get("type")?.as_str()? != "content_block_delta" {
+                return None;
+            }
+            let delta = event.get("delta")?;
+            if delta.get("type")?.as_str()? != "text_delta" {
+                return None;
+            }
+            delta.get("text")?.as_str()?.to_string()
+        }
+        Provider::Google => reply_text(provider, event),
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+// ---------------------------------------------------------------------------------------
+// Usage
+// ---------------------------------------------------------------------------------------
+
+/// Tokens of one answer as the provider counted them. Anthropic's cache reads and writes
+/// count as input, as OpenAI's cached tokens do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// The usage of one non-streamed response, when it reports one: Chat `usage.prompt_tokens`
+/// and `completion_tokens`, Responses and Anthropic `usage.input_tokens` and
+/// `output_tokens`, Google `usageMetadata.promptTokenCount` and `candidatesTokenCount`.
+pub fn usage(provider: Provider, response: &Value) -> Option<Usage> {
+    let mut u = StreamUsage::default();
+    match provider {
+        Provider::OpenaiCompletions | Provider::OpenaiResponses | Provider::Anthropic => {
+            u.observe_counts(provider, response.get("usage")?);
+        }
+        Provider::Google => u.observe_counts(provider, response.get("usageMetadata")?),
+    }
+    u.finish()
+}
+
+/// The usage of a stream, from the events that carry it: a Chat chunk's `usage` (sent when
+/// `stream_options.include_usage` asks), `response.completed`'s response, Anthropic's
+/// `message_start` (input) and `message_delta` (output so far), a Google chunk's
+/// `usageMetadata`. Later counts replace earlier ones: each is a running total.
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    input: Option<u64>,
+    output: Option<u64>,
+}
+
+impl StreamUsage {
+    pub fn observe(&mut self, provider: Provider, event: &Value) {
+        let counts = match provider {
+            Provider::OpenaiCompletions => event.get("usage"),
+            Provider::OpenaiResponses => {
+                if event.get("type").and_then(Value::as_str) != Some("response.completed") {
+                    return;
+                }
+                event.pointer("/response/usage")
+            }
+            Provider::Anthropic => match event.get("type").and_then(Value::as_str) {
+                Some("message_start") => event.pointer("/message/usage"),
+                Some("message_delta") => event.get("usage"),
+                _ => None,
+            },
+            Provider::Google => event.get("usageMetadata"),
+        };
+        if let Some(counts) = counts.filter(|c| c.is_object()) {
+            self.observe_counts(provider, counts);
+        }
+    }
+
+    fn observe_counts(&mut self, provider: Provider, counts: &Value) {
+        let n = |key: &str| counts.get(key).and_then(Value::as_u64);
+        let (input, output) = match provider {
+            Provider::OpenaiCompletions => (n("prompt_tokens"), n("completion_tokens")),
+            Provider::OpenaiResponses => (n("input_tokens"), n("output_tokens")),
+            Provider::Anthropic => {
+                let input = n("input_tokens").map(|i| {
+                    i + n("cache_creation_input_tokens").unwrap_or(0)
+                        + n("cache_read_input_tokens").unwrap_or(0)
+                });
+                (input, n("output_tokens"))
+            }
+            Provider::Google => (n("promptTokenCount"), n("candidatesTokenCount")),
+        };
+        if input.is_some() {
+            self.input = input;
+        }
+        if output.is_some() {
+            self.output = output;
+        }
+    }
+
+    /// The counts, when the provider reported any.
+    pub fn finish(&self) -> Option<Usage> {
+        (self.input.is_some() || self.output.is_some()).then(|| Usage {
+            input_tokens: self.input.unwrap_or(0),
+            output_tokens: self.output.unwrap_or(0),
+        })
+    }
 }
 
 /// The answer's text of a Responses body: the text parts of its `message` items, joined

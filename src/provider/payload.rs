@@ -237,8 +237,9 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
 ///   `{role: "assistant", content}`, then each call is a [`responses_function_call`]; a
 ///   result is `{type: "function_call_output", call_id, output}`.
 /// - Anthropic: `{role: "user", content}`; the model's answer is `{role: "assistant",
-///   content}` with the text alone, or with blocks when it called tools: the text when it
-///   has any, then `{type: "tool_use", id, name, input}` per call. Consecutive results
+///   content}` with the text alone (no message for an empty answer, which the API
+///   refuses), or with blocks when it called tools: the text when it has any, then
+///   `{type: "tool_use", id, name, input}` per call. Consecutive results
 ///   share one user message of `{type: "tool_result", tool_use_id, content, is_error?}`
 ///   blocks: the API wants a batch's results together, right after its calls.
 /// - Google: `{role: "user", parts: [{text}]}`; the model's answer is `{role: "model",
@@ -345,6 +346,12 @@ fn anthropic_messages(items: &[Item], names: &WireNames) -> Vec<Value> {
     for item in items {
         match *item {
             Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+            // Anthropic refuses an empty message; left out, the user turns around it are
+            // combined into one, as the API does with consecutive turns of one role.
+            Item::Assistant {
+                text: "",
+                calls: [],
+            } => {}
             Item::Assistant { text, calls: [] } => {
                 messages.push(json!({"role": "assistant", "content": text}));
             }

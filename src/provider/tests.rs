@@ -1524,3 +1524,207 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Text, usage and options
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn usage_is_read_from_every_shape_whole_and_streamed() {
+    use super::normalize::{StreamUsage, Usage, usage};
+    let u = |i, o| {
+        Some(Usage {
+            input_tokens: i,
+            output_tokens: o,
+        })
+    };
+    assert_eq!(
+        usage(
+            Provider::OpenaiCompletions,
+            &json!({"usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+        ),
+        u(5, 2)
+    );
+    assert_eq!(
+        usage(
+            Provider::OpenaiResponses,
+            &json!({"usage": {"input_tokens": 5, "output_tokens": 2}})
+        ),
+        u(5, 2)
+    );
+    assert_eq!(
+        usage(
+            Provider::Anthropic,
+            &json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 10, "output_tokens": 2}})
+        ),
+        u(15, 2)
+    );
+    assert_eq!(
+        usage(Provider::OpenaiResponses, &json!({"output": []})),
+        None
+    );
+    // Anthropic streams the input at the start and running output totals after.
+    let mut s = StreamUsage::default();
+    for e in [
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}),
+        json!({"type": "message_delta", "usage": {"output_tokens": 9}}),
+    ] {
+        s.observe(Provider::Anthropic, &e);
+    }
+    assert_eq!(s.finish(), u(7, 9));
+    let mut s = StreamUsage::default();
+    s.observe(
+        Provider::OpenaiResponses,
+        &json!({"type": "response.created", "response": {"usage": null}}),
+    );
+    assert_eq!(s.finish(), None);
+}
+
+#[test]
+fn text_is_read_from_every_shape_whole_and_streamed() {
+    use super::normalize::{reply_text, stream_text};
+    assert_eq!(
+        reply_text(
+            Provider::Anthropic,
+            &json!({"content": [{"type": "text", "text": "a"}, {"type": "tool_use", "id": "t", "name": "n", "input": {}}, {"type": "text", "text": "b"}]})
+        ),
+        "ab"
+    );
+    assert_eq!(
+        reply_text(
+            Provider::OpenaiCompletions,
+            &json!({"choices": [{"message": {"content": [{"type": "text", "text": "a"}]}}]})
+        ),
+        "a"
+    );
+    assert_eq!(
+        stream_text(Provider::Anthropic, &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}})).as_deref(),
+        Some("hi")
+    );
+    assert_eq!(
+        stream_text(
+            Provider::Anthropic,
+            &json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{"}})
+        ),
+        None
+    );
+    assert_eq!(
+        stream_text(
+            Provider::OpenaiCompletions,
+            &json!({"choices": [{"index": 0, "delta": {"content": "x"}}]})
+        )
+        .as_deref(),
+        Some("x")
+    );
+}
+
+#[test]
+fn options_are_spelled_per_provider_after_the_surface_body() {
+    use super::options::{OutputFormat, RequestOptions, ToolChoice, apply};
+    let tools = catalog();
+    let options = RequestOptions {
+        model: Some("client-model".into()),
+        temperature: Some(0.5),
+        max_output_tokens: Some(99),
+        stop: vec!["END".into()],
+        user: Some("u1".into()),
+        parallel_tool_calls: Some(false),
+        tool_choice: Some(ToolChoice::Tool(tools[0].name.clone())),
+        format: Some(OutputFormat::JsonObject),
+        store: Some(false),
+        ..RequestOptions::default()
+    };
+    let body_for = |provider| {
+        let request = request(&tools);
+        let mut body = request_body(provider, &request);
+        let plain = serde_json::to_string(&body).unwrap();
+        apply(
+            provider,
+            &mut body,
+            &options,
+            &WireNames::new(provider, &tools),
+        );
+        (plain, body)
+    };
+    let wire = |provider| {
+        WireNames::new(provider, &tools)
+            .wire_name(&tools[0].name)
+            .to_string()
+    };
+
+    let (plain, body) = body_for(Provider::OpenaiResponses);
+    // The surface's body comes first, unchanged but for the model: options follow it.
+    let renamed = plain.replace("\"test-model\"", "\"client-model\"");
+    let prefix = &renamed[..renamed.len() - 1];
+    assert!(serde_json::to_string(&body).unwrap().starts_with(prefix));
+    assert_eq!(body["max_output_tokens"], 99);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "function", "name": wire(Provider::OpenaiResponses)})
+    );
+    assert_eq!(body["text"], json!({"format": {"type": "json_object"}}));
+    assert!(body.get("stop").is_none(), "Responses has no stop");
+
+    let (_, body) = body_for(Provider::OpenaiCompletions);
+    assert_eq!(body["max_completion_tokens"], 99);
+    assert_eq!(body["stop"], json!(["END"]));
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    assert_eq!(body["store"], false);
+
+    let (_, body) = body_for(Provider::Anthropic);
+    assert_eq!(body["model"], "client-model");
+    assert_eq!(body["max_tokens"], 99);
+    assert_eq!(body["stop_sequences"], json!(["END"]));
+    assert_eq!(body["metadata"], json!({"user_id": "u1"}));
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": wire(Provider::Anthropic), "disable_parallel_tool_use": true})
+    );
+    assert!(body.get("store").is_none() && body.get("response_format").is_none());
+
+    // Without tools there is no tool choice to send.
+    let mut bare = request_body(Provider::OpenaiCompletions, &request(&[]));
+    apply(
+        Provider::OpenaiCompletions,
+        &mut bare,
+        &options,
+        &WireNames::new(Provider::OpenaiCompletions, &[]),
+    );
+    assert!(bare.get("tool_choice").is_none() && bare.get("parallel_tool_calls").is_none());
+}
+
+#[test]
+fn an_empty_answer_sends_anthropic_no_empty_message() {
+    let conversation = [
+        Item::User("hello"),
+        Item::Assistant {
+            text: "",
+            calls: &[],
+        },
+        Item::User("hello?"),
+    ];
+    let body = request_body(
+        Provider::Anthropic,
+        &Request {
+            conversation: &conversation,
+            ..request(&[])
+        },
+    );
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "user"]);
+    // The OpenAI formats keep it: they accept an empty assistant message.
+    let chat = request_body(
+        Provider::OpenaiCompletions,
+        &Request {
+            conversation: &conversation,
+            ..request(&[])
+        },
+    );
+    assert_eq!(chat["messages"].as_array().unwrap().len(), 4);
+}

@@ -29,7 +29,7 @@ use super::NodeInfo;
 
 /// The folder of entries: beside the snapshots.
 pub fn default_dir() -> Option<PathBuf> {
-    super::snapshot::default_dir().and_then(|d| d.parent().map(|p| p.join("hosts")))
+    crate::cache::folder("hosts")
 }
 
 /// Everything a probe of `path` depends on, from its metadata (no Node run).
@@ -82,7 +82,7 @@ fn file_for(dir: &Path, kind: &str, key: &str) -> PathBuf {
 
 /// A cached probe or calibration for `key`, checked; `None` for anything else.
 pub fn load(dir: &Path, kind: &str, key: &str, node_path: &Path) -> Option<NodeInfo> {
-    super::snapshot::prepare_dir(dir).ok()?;
+    crate::cache::prepare(dir).ok()?;
     let file = file_for(dir, kind, key);
     let meta = fs::symlink_metadata(&file).ok()?;
     if !meta.is_file()
@@ -112,7 +112,7 @@ pub fn load(dir: &Path, kind: &str, key: &str, node_path: &Path) -> Option<NodeI
 /// Stores an entry (written under a fresh name, then renamed into place: a reader sees a
 /// whole entry or none). Failures only cost the next command a probe.
 pub fn store(dir: &Path, kind: &str, key: &str, node: &NodeInfo) {
-    if super::snapshot::prepare_dir(dir).is_err() {
+    if crate::cache::prepare(dir).is_err() {
         return;
     }
     let entry = Entry {

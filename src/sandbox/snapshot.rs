@@ -22,7 +22,7 @@
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,16 +40,10 @@ pub fn builder_source(runtime: &str) -> String {
     )
 }
 
-/// Where blobs are kept: `$XDG_CACHE_HOME/toolsearch/snapshots`, else
-/// `$HOME/.cache/toolsearch/snapshots`; none without either (no snapshot is used).
+/// Where blobs are kept: the `snapshots` folder of [`crate::cache`]; none without a cache
+/// root (no snapshot is used).
 pub fn default_dir() -> Option<PathBuf> {
-    // A relative XDG_CACHE_HOME is to be ignored (XDG base directory spec); so is HOME.
-    let base = match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d,
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
-    };
-    base.is_absolute()
-        .then(|| base.join("toolsearch").join("snapshots"))
+    crate::cache::folder("snapshots")
 }
 
 /// The blob for this Node, these V8 flags and this runtime: the cached one if present,
@@ -63,7 +57,7 @@ pub fn ensure(
 ) -> Result<PathBuf, String> {
     let source = builder_source(runtime);
     let blob = dir.join(format!("runtime-{}.blob", key(node, flags, &source)));
-    prepare_dir(dir)?;
+    crate::cache::prepare(dir)?;
     if let Ok(meta) = fs::symlink_metadata(&blob) {
         trusted(&blob, &meta)?;
         return Ok(blob);
@@ -83,47 +77,8 @@ fn key(node: &NodeInfo, flags: &[String], source: &str) -> String {
     format!("{:016x}", h.finish())
 }
 
-pub(super) fn prepare_dir(dir: &Path) -> Result<(), String> {
-    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
-    }
-    if meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(format!("{} is not owned by this user", dir.display()));
-    }
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
-    }
-    // Whoever can rename entries in a parent could swap the whole directory: every
-    // ancestor must belong to root or this user and be writable by no one else, unless
-    // sticky (as /tmp: others cannot rename what is ours there).
-    let me = nix::unistd::geteuid().as_raw();
-    for parent in dir.ancestors().skip(1) {
-        let m = fs::metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        let sticky = m.mode() & 0o1000 != 0;
-        if (m.uid() != 0 && m.uid() != me) || (m.mode() & 0o022 != 0 && !sticky) {
-            return Err(format!(
-                "{} is writable by others or owned by another user; no snapshot cache under it",
-                parent.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn trusted(blob: &Path, meta: &fs::Metadata) -> Result<(), String> {
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", blob.display()));
-    }
-    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by others or not owned by this user",
-            blob.display()
-        ));
-    }
-    Ok(())
+    crate::cache::trusted_file(blob, meta)
 }
 
 fn build(
@@ -208,6 +163,7 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn node() -> Option<NodeInfo> {
         let path = super::super::node::choose(None).ok()?;

@@ -8,7 +8,7 @@
 //! than [`BURST_WINDOW`] after the previous one) the target grows by one per take, up to
 //! `[sandbox] max_spares`, and falls back to `spares` after [`SHRINK_AFTER`] without a
 //! take, the extra children killed: memory is bounded by `max_spares` idle children
-//! (about 40 MiB each). Refills start [`PARALLEL_STARTS`] children at once, one per core
+//! (about 10 MiB of private memory each). Refills start [`PARALLEL_STARTS`] children at once, one per core
 //! here: a start is CPU-bound, so more at once would only slow each.
 
 use std::collections::VecDeque;
@@ -26,8 +26,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Takes closer together than this are a burst.
 pub const BURST_WINDOW: Duration = Duration::from_secs(1);
 
-/// A pool grown by a burst shrinks back after this long without a take.
-pub const SHRINK_AFTER: Duration = Duration::from_secs(30);
+/// A pool grown by a burst shrinks back after this long without a take: bursts come in
+/// series (an agent's turn is several runs a few seconds apart), and the next one should
+/// find the pool still grown.
+pub const SHRINK_AFTER: Duration = Duration::from_secs(120);
 
 /// Children started at once by a refill.
 pub const PARALLEL_STARTS: usize = 2;

@@ -15,23 +15,35 @@
 //!   best tool reaches the top instead of the one tool that matches most words overall; the
 //!   whole request, the better evidence, gives two tools a round.
 //!
+//! With a model configured (`[search.semantic]`), each part's lexical ranking is fused
+//! with its semantic one ([`dense`], [`fusion`]) before the interleaving; the rules above
+//! hold as they are.
+//!
 //! This module owns ranking only. It knows nothing of policy (the catalog given to it is
 //! already filtered) and returns positions in the slice it was built from.
 
 pub mod analyze;
+pub mod dense;
+pub mod fusion;
 mod score;
 pub mod synonyms;
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tantivy::indexer::NoMergePolicy;
 use tantivy::indexer::UserOperation;
-use tantivy::schema::{FAST, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
+};
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{Index, IndexWriter, ReloadPolicy};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::semantic::Model;
+use dense::Dense;
 use score::Scorer;
 use synonyms::Synonyms;
 
@@ -167,6 +179,10 @@ const PRE_ANALYZED: &str = "pre-analyzed";
 const INDEX_BATCH: usize = 1_000;
 /// Indexing memory; 10,000 tools fit in one segment.
 const WRITER_MEMORY: usize = 50_000_000;
+/// Beside an index on disk: each document's term counts (two little-endian `u32`) and
+/// name mass (a little-endian `f32`), [`DOC_FACTS`] bytes a document.
+pub const LENGTHS_FILE: &str = "lengths";
+const DOC_FACTS: usize = 12;
 
 /// One result: the position of the entry in the slice the index was built from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -187,6 +203,12 @@ pub struct SearchIndex {
     /// Lowercased name or id -> entries, ids first.
     exact: HashMap<String, Vec<usize>>,
     len: usize,
+    /// Term counts of the scored fields per document, and the summed idf of its name's
+    /// words, kept to be written beside the index.
+    lengths: Vec<[u32; 2]>,
+    name_mass: Vec<f32>,
+    /// The semantic half, when a model is configured.
+    dense: Option<Dense>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -198,24 +220,76 @@ impl std::fmt::Debug for SearchIndex {
 }
 
 impl SearchIndex {
-    /// Indexes `docs`; hits refer to positions in this slice.
+    /// Indexes `docs` in memory; hits refer to positions in this slice.
     pub fn build(docs: &[IndexDoc]) -> Result<Self> {
-        let mut builder = Schema::builder();
-        let text_options = TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(PRE_ANALYZED)
-                .set_index_option(IndexRecordOption::WithFreqs),
-        );
-        let ord_field = builder.add_u64_field("ord", INDEXED | FAST);
-        let text_field = builder.add_text_field("text", text_options.clone());
-        let name_field = builder.add_text_field("name", text_options);
-        let index = Index::create_in_ram(builder.build());
-        let mut analyzer = analyze::analyzer();
-        index.tokenizers().register(
-            PRE_ANALYZED,
-            TextAnalyzer::from(WhitespaceTokenizer::default()),
-        );
+        Self::write(Index::create_in_ram(index_schema()), docs)
+    }
 
+    /// Indexes `docs` into the empty folder `dir`, where [`SearchIndex::open`] finds it
+    /// again: tantivy's files, and the documents' lengths and name masses beside them.
+    pub fn build_in(dir: &Path, docs: &[IndexDoc]) -> Result<Self> {
+        let index = Index::create_in_dir(dir, index_schema())?;
+        let built = Self::write(index, docs)?;
+        let mut bytes = Vec::with_capacity(built.lengths.len() * DOC_FACTS);
+        for (pair, mass) in built.lengths.iter().zip(&built.name_mass) {
+            bytes.extend(pair[0].to_le_bytes());
+            bytes.extend(pair[1].to_le_bytes());
+            bytes.extend(mass.to_le_bytes());
+        }
+        std::fs::write(dir.join(LENGTHS_FILE), bytes)
+            .map_err(|e| Error::Index(format!("cannot write {}: {e}", dir.display())))?;
+        Ok(built)
+    }
+
+    /// The index [`SearchIndex::build_in`] wrote to `dir` for the documents whose ids and
+    /// names are `keys`, in the order they were indexed. Anything that does not fit (a
+    /// missing or damaged file, another number of documents) is an error, never a wrong
+    /// index.
+    pub fn open<'a>(
+        dir: &Path,
+        keys: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self> {
+        let n = keys.len();
+        let bytes = std::fs::read(dir.join(LENGTHS_FILE))
+            .map_err(|e| Error::Index(format!("cannot read {}: {e}", dir.display())))?;
+        if bytes.len() != n * DOC_FACTS {
+            return Err(Error::Index(format!(
+                "{}: lengths of {} documents for {n}",
+                dir.display(),
+                bytes.len() / DOC_FACTS
+            )));
+        }
+        let (lengths, name_mass): (Vec<[u32; 2]>, Vec<f32>) = bytes
+            .chunks_exact(DOC_FACTS)
+            .map(|c| {
+                (
+                    [
+                        u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                        u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                    ],
+                    f32::from_le_bytes([c[8], c[9], c[10], c[11]]),
+                )
+            })
+            .unzip();
+        let index = Index::open_in_dir(dir)?;
+        register_tokenizer(&index);
+        let searcher = Self::searcher(&index)?;
+        if searcher.num_docs() != n as u64 {
+            return Err(Error::Index(format!(
+                "{}: {} documents indexed for {n}",
+                dir.display(),
+                searcher.num_docs()
+            )));
+        }
+        Self::assemble(searcher, lengths, name_mass, keys)
+    }
+
+    /// Adds `docs` to the empty `index` and commits.
+    fn write(index: Index, docs: &[IndexDoc]) -> Result<Self> {
+        register_tokenizer(&index);
+        let schema = index.schema();
+        let [ord_field, text_field, name_field] = fields(&schema)?;
+        let mut analyzer = analyze::analyzer();
         let mut writer: IndexWriter = index.writer_with_num_threads(1, WRITER_MEMORY)?;
         writer.set_merge_policy(Box::new(NoMergePolicy));
         let boilerplate = boilerplate_params(docs);
@@ -266,36 +340,63 @@ impl SearchIndex {
         writer.run(batch)?;
         writer.commit()?;
         writer.wait_merging_threads()?;
+        let searcher = Self::searcher(&index)?;
+        let name_mass = score::name_mass(&searcher, name_field, &name_words)?;
+        Self::assemble(
+            searcher,
+            lengths,
+            name_mass,
+            docs.iter().map(|d| (d.id.as_str(), d.name.as_str())),
+        )
+    }
+
+    fn searcher(index: &Index) -> Result<tantivy::Searcher> {
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
+        Ok(reader.searcher())
+    }
+
+    /// The index over a committed `searcher`; `keys` are the (id, name) of each document,
+    /// by position.
+    fn assemble<'a>(
+        searcher: tantivy::Searcher,
+        lengths: Vec<[u32; 2]>,
+        name_mass: Vec<f32>,
+        keys: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self> {
+        let [ord_field, text_field, name_field] = fields(searcher.schema())?;
         let scorer = Scorer::new(
-            reader.searcher(),
+            searcher,
             ord_field,
             [text_field, name_field],
             &lengths,
-            &name_words,
+            &name_mass,
         )?;
-
+        let keys: Vec<(&str, &str)> = keys.collect();
         let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
-        for (ord, d) in docs.iter().enumerate() {
-            exact.entry(d.id.to_lowercase()).or_default().push(ord);
+        for (ord, (id, _)) in keys.iter().enumerate() {
+            exact.entry(id.to_lowercase()).or_default().push(ord);
         }
         // Names after ids, so an exact id match outranks a same-named tool.
-        for (ord, d) in docs.iter().enumerate() {
-            let list = exact.entry(d.name.to_lowercase()).or_default();
+        for (ord, (_, name)) in keys.iter().enumerate() {
+            let list = exact.entry(name.to_lowercase()).or_default();
             if !list.contains(&ord) {
                 list.push(ord);
             }
         }
+        let mut analyzer = analyze::analyzer();
         let synonyms = Synonyms::new(&mut analyzer);
         Ok(SearchIndex {
             scorer,
             analyzer,
             synonyms,
             exact,
-            len: docs.len(),
+            len: keys.len(),
+            lengths,
+            name_mass,
+            dense: None,
         })
     }
 
@@ -305,6 +406,25 @@ impl SearchIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The index made hybrid: `docs` (the documents it was built from, in order) embedded
+    /// with `model`, for fusion with the lexical ranking.
+    pub fn with_dense(mut self, model: Arc<Model>, docs: &[IndexDoc]) -> Result<Self> {
+        if docs.len() != self.len {
+            return Err(Error::Index(format!(
+                "{} documents to embed for an index of {}",
+                docs.len(),
+                self.len
+            )));
+        }
+        self.dense = Some(Dense::build(model, docs)?);
+        Ok(self)
+    }
+
+    /// The semantic half, when the index has one.
+    pub fn dense(&self) -> Option<&Dense> {
+        self.dense.as_ref()
     }
 
     /// The best `limit` entries for `query`, exact name or id matches first.
@@ -330,17 +450,13 @@ impl SearchIndex {
             return hits;
         }
         let wanted = limit + hits.len();
-        let segments = segments(query);
-        let ranked = if segments.len() < 2 {
-            self.ranked(query, wanted)
-        } else {
-            // Whole request first, then each sentence, a round at a time.
-            let lists: Vec<Vec<(usize, f32)>> = std::iter::once(query)
-                .chain(segments)
-                .map(|q| self.ranked(q, wanted))
-                .collect();
-            interleave(&lists, wanted)
+        let parts = parts(query);
+        let lists: Vec<Vec<(usize, f32)>> = match &self.dense {
+            Some(dense) => fusion::rank_parts(self, dense, &parts, wanted),
+            None => parts.iter().map(|q| self.ranked(q, wanted)).collect(),
         };
+        // Whole request first, then each sentence, a round at a time.
+        let ranked = interleave(&lists, wanted);
         for (ord, score) in ranked {
             if hits.len() == limit {
                 break;
@@ -356,13 +472,20 @@ impl SearchIndex {
         hits
     }
 
-    /// One scored query: the best `n` entries with their scores.
-    fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
+    /// The lexical ranking of one query (a whole request or one of its sentences): the
+    /// best `n` entries with their BM25 scores.
+    pub fn ranked(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
         let terms = self.weighted_terms(query);
         if terms.is_empty() {
             return Vec::new();
         }
         self.scorer.top(&terms, NAME_BOOST, n)
+    }
+
+    /// Whether `query` has a word the analyzer keeps (not only stop words and symbols).
+    pub fn has_terms(&self, query: &str) -> bool {
+        let mut analyzer = self.analyzer.clone();
+        !analyze::terms(&mut analyzer, query).is_empty()
     }
 
     /// Typed terms at full weight, then synonyms not typed, at a reduced weight.
@@ -387,9 +510,39 @@ impl SearchIndex {
     }
 }
 
+/// The index's fields: each tool's position (`ord`), the weighted text, the name.
+fn index_schema() -> Schema {
+    let mut builder = Schema::builder();
+    let text_options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(PRE_ANALYZED)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    builder.add_u64_field("ord", INDEXED | FAST);
+    builder.add_text_field("text", text_options.clone());
+    builder.add_text_field("name", text_options);
+    builder.build()
+}
+
+fn fields(schema: &Schema) -> Result<[Field; 3]> {
+    let field = |name: &str| {
+        schema
+            .get_field(name)
+            .map_err(|e| Error::Index(format!("the index has no `{name}` field: {e}")))
+    };
+    Ok([field("ord")?, field("text")?, field("name")?])
+}
+
+fn register_tokenizer(index: &Index) {
+    index.tokenizers().register(
+        PRE_ANALYZED,
+        TextAnalyzer::from(WhitespaceTokenizer::default()),
+    );
+}
+
 /// Merges rankings a round at a time: the first list's next [`WHOLE_REQUEST_RANKS`]
 /// entries, then every other list's next one, skipping entries already taken.
-fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
+pub fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
     let mut out: Vec<(usize, f32)> = Vec::with_capacity(n);
     let depth = lists.iter().map(Vec::len).max().unwrap_or(0);
     for round in 0..depth {
@@ -410,6 +563,16 @@ fn interleave(lists: &[Vec<(usize, f32)>], n: usize) -> Vec<(usize, f32)> {
         }
     }
     out
+}
+
+/// What a request is searched as: the whole, then each of its sentences when it has
+/// several.
+pub fn parts(query: &str) -> Vec<&str> {
+    let segments = segments(query);
+    if segments.len() < 2 {
+        return vec![query];
+    }
+    std::iter::once(query).chain(segments).collect()
 }
 
 /// The sentences of a request: split at `.`, `?`, `!` or `;` followed by a space. A

@@ -46,50 +46,23 @@ pub(super) struct Scorer {
 
 impl Scorer {
     /// `lengths[ord]` holds the term count of each field of the document at `ord`,
-    /// `name_words[ord]` the words of its name (analyzed, one per position: a camelCase
-    /// word's joined form is an alias, not one more word to say).
+    /// `name_mass[ord]` its [`name_mass`].
     pub(super) fn new(
         searcher: Searcher,
         ord_field: Field,
         fields: [Field; FIELDS],
         lengths: &[[u32; FIELDS]],
-        name_words: &[Vec<String>],
+        name_mass: &[f32],
     ) -> Result<Self> {
         let ord_name = searcher.schema().get_field_name(ord_field).to_string();
         let docs = lengths.len() as u32;
-        let name_indexes = searcher
-            .segment_readers()
-            .iter()
-            .map(|r| r.inverted_index(fields[NAME]))
-            .collect::<tantivy::Result<Vec<_>>>()?;
-        let name_idf = |word: &String| -> Result<f32> {
-            let term = Term::from_field_text(fields[NAME], word);
-            let mut doc_freq = 0;
-            for index in &name_indexes {
-                doc_freq += index
-                    .doc_freq(&term)
-                    .map_err(|e| Error::Index(format!("reading the name index: {e}")))?;
-            }
-            Ok(bm25_idf(doc_freq, docs))
-        };
-        let mut mass_by_ord = Vec::with_capacity(name_words.len());
-        for words in name_words {
-            let mut distinct: Vec<&String> = words.iter().collect();
-            distinct.sort_unstable();
-            distinct.dedup();
-            let mut mass = 0.0;
-            for w in distinct {
-                mass += name_idf(w)?;
-            }
-            mass_by_ord.push(mass);
-        }
         let mut segments = Vec::new();
         for reader in searcher.segment_readers() {
             let ords = reader.fast_fields().u64(&ord_name)?;
             let max_doc = reader.max_doc();
             let mut doc_ord = Vec::with_capacity(max_doc as usize);
             let mut seg_lengths: [Vec<f32>; FIELDS] = Default::default();
-            let mut name_mass = Vec::with_capacity(max_doc as usize);
+            let mut seg_name_mass = Vec::with_capacity(max_doc as usize);
             for doc in 0..max_doc {
                 let ord = ords
                     .first(doc)
@@ -101,7 +74,10 @@ impl Scorer {
                 for f in 0..FIELDS {
                     seg_lengths[f].push(len[f] as f32);
                 }
-                name_mass.push(mass_by_ord.get(ord as usize).copied().unwrap_or(0.0));
+                let mass = name_mass
+                    .get(ord as usize)
+                    .ok_or_else(|| Error::Index(format!("ord {ord} has no name mass")))?;
+                seg_name_mass.push(*mass);
             }
             segments.push(Segment {
                 inverted: [
@@ -110,7 +86,7 @@ impl Scorer {
                 ],
                 doc_ord,
                 lengths: seg_lengths,
-                name_mass,
+                name_mass: seg_name_mass,
             });
         }
         let mut average_length = [0.0; FIELDS];
@@ -240,6 +216,44 @@ impl Scorer {
         results.sort_unstable_by(better);
         results
     }
+}
+
+/// The summed idf, over the name field of `searcher`, of the distinct words of each name
+/// (`name_words[ord]`: analyzed, one per position, so a camelCase word's joined form is an
+/// alias, not one more word to say): what a query must say to say the whole name.
+pub(super) fn name_mass(
+    searcher: &Searcher,
+    name_field: Field,
+    name_words: &[Vec<String>],
+) -> Result<Vec<f32>> {
+    let docs = name_words.len() as u32;
+    let name_indexes = searcher
+        .segment_readers()
+        .iter()
+        .map(|r| r.inverted_index(name_field))
+        .collect::<tantivy::Result<Vec<_>>>()?;
+    let name_idf = |word: &String| -> Result<f32> {
+        let term = Term::from_field_text(name_field, word);
+        let mut doc_freq = 0;
+        for index in &name_indexes {
+            doc_freq += index
+                .doc_freq(&term)
+                .map_err(|e| Error::Index(format!("reading the name index: {e}")))?;
+        }
+        Ok(bm25_idf(doc_freq, docs))
+    };
+    let mut mass_by_ord = Vec::with_capacity(name_words.len());
+    for words in name_words {
+        let mut distinct: Vec<&String> = words.iter().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut mass = 0.0;
+        for w in distinct {
+            mass += name_idf(w)?;
+        }
+        mass_by_ord.push(mass);
+    }
+    Ok(mass_by_ord)
 }
 
 /// Okapi BM25's idf, as tantivy computes it: never negative.

@@ -1,5 +1,5 @@
 //! What the mock reads of a request: the conversation's turns and the declared tool names,
-//! from a Responses or a Chat Completions body.
+//! from a Responses, a Chat Completions or an Anthropic Messages body.
 //!
 //! It reads what any OpenAI-compatible client may send (the SDKs' shapes, legacy fields),
 //! not only what our gateway sends, and reads nothing it does not need to play the model.
@@ -135,6 +135,65 @@ impl Conversation {
                         .map(String::from),
                     output: content(),
                 }),
+                _ => {}
+            }
+        }
+        Ok(conversation)
+    }
+
+    /// Anthropic Messages: `messages` with roles `user` (a string, or blocks: `text`, and
+    /// `tool_result` with `tool_use_id` and a string or text blocks) and `assistant` (a
+    /// string, or blocks: `text` and `tool_use` with `id` and `name`); `system` is
+    /// skipped. A user message's results come before its text, as the API orders them.
+    pub(super) fn of_anthropic(body: &Map<String, Value>) -> Result<Conversation, String> {
+        let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+            return Err("`messages` must be an array of messages".into());
+        };
+        let mut conversation = Conversation {
+            items: Vec::new(),
+            tools: declared_tools(body),
+        };
+        for message in messages.iter().filter_map(Value::as_object) {
+            let blocks: Vec<&Map<String, Value>> = message
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_object)
+                .collect();
+            let of_type = |kind: &'static str| {
+                blocks
+                    .iter()
+                    .filter(move |b| b.get("type").and_then(Value::as_str) == Some(kind))
+            };
+            match message.get("role").and_then(Value::as_str) {
+                Some("user") => {
+                    for result in of_type("tool_result") {
+                        conversation.items.push(Item::Output {
+                            call_id: str_of(result.get("tool_use_id")),
+                            name: None,
+                            output: result.get("content").map(content_text).unwrap_or_default(),
+                        });
+                    }
+                    let text = match message.get("content") {
+                        Some(Value::String(text)) => text.clone(),
+                        _ => of_type("text")
+                            .filter_map(|b| b.get("text").and_then(Value::as_str))
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    };
+                    if !text.is_empty() || of_type("tool_result").next().is_none() {
+                        conversation.items.push(Item::User(text));
+                    }
+                }
+                Some("assistant") => conversation.items.push(Item::Assistant(
+                    of_type("tool_use")
+                        .map(|b| CallRef {
+                            id: id_field(b, "id").unwrap_or_default(),
+                            name: str_of(b.get("name")),
+                        })
+                        .collect(),
+                )),
                 _ => {}
             }
         }

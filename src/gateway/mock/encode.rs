@@ -1,5 +1,5 @@
-//! The reply as a provider would send it: a Responses or Chat Completions body, or its
-//! stream of events, as an HTTP response. It never decides what to say ([`super::play`]).
+//! The reply as a provider would send it: a Responses, Chat Completions or Anthropic
+//! Messages body, or its stream of events, as an HTTP response. It never decides what to say ([`super::play`]).
 //!
 //! The parts a request also carries are built by [`crate::provider::payload`], the encoder
 //! the gateway sends with: the Chat assistant `message` and the core of a Responses
@@ -34,6 +34,8 @@ pub(super) struct Plan {
     calls: Vec<PlannedCall>,
     input_tokens: u64,
     created: u64,
+    /// Chat: `stream_options.include_usage` asked for a usage chunk.
+    include_usage: bool,
 }
 
 struct PlannedCall {
@@ -84,6 +86,11 @@ impl Plan {
             text: reply.text,
             calls,
             input_tokens: (request_bytes / 4) as u64,
+            include_usage: request
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                == Some(true),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -98,9 +105,11 @@ impl Plan {
     pub(super) fn response(&self, format: Provider, stream: bool) -> Response {
         match (format, stream) {
             (Provider::OpenaiCompletions, false) => axum::Json(self.chat_body()).into_response(),
-            (Provider::OpenaiCompletions, true) => sse_response(&self.chat_chunks(), true),
+            (Provider::OpenaiCompletions, true) => sse_response(&self.chat_chunks(), Wire::Chat),
+            (Provider::Anthropic, false) => axum::Json(self.anthropic_body()).into_response(),
+            (Provider::Anthropic, true) => sse_response(&self.anthropic_events(), Wire::Named),
             (_, false) => axum::Json(self.responses_body()).into_response(),
-            (_, true) => sse_response(&self.responses_events(), false),
+            (_, true) => sse_response(&self.responses_events(), Wire::Named),
         }
     }
 
@@ -267,11 +276,7 @@ impl Plan {
                 "message": payload::chat_assistant_message(&self.text, &calls),
                 "finish_reason": self.finish_reason(),
             }],
-            "usage": {
-                "prompt_tokens": self.input_tokens,
-                "completion_tokens": 1,
-                "total_tokens": self.input_tokens + 1,
-            },
+            "usage": self.chat_usage(),
         })
     }
 
@@ -310,20 +315,124 @@ impl Plan {
             }
         }
         chunks.push(self.chat_chunk(json!({}), Some(self.finish_reason())));
+        if self.include_usage {
+            chunks.push(json!({
+                "id": self.chat_id(),
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": self.chat_usage(),
+            }));
+        }
         chunks
+    }
+
+    fn chat_usage(&self) -> Value {
+        json!({
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": 1,
+            "total_tokens": self.input_tokens + 1,
+        })
     }
 }
 
-/// `events` as an SSE body, one `data:` event each (JSON text has no line break, so each
-/// is one line), then Chat's `data: [DONE]` when `done`.
-fn sse_response(events: &[Value], done: bool) -> Response {
+/// How a stream's events are written.
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    /// `data:` lines, then `data: [DONE]` (Chat Completions).
+    Chat,
+    /// `event: <type>` and `data:` (Responses, Anthropic).
+    Named,
+}
+
+// --- Anthropic Messages ---
+
+impl Plan {
+    fn stop_reason(&self) -> &'static str {
+        if self.calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        }
+    }
+
+    fn anthropic_message(&self, content: Vec<Value>, stop_reason: Option<&str>) -> Value {
+        json!({
+            "id": format!("msg_{}", self.k),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 1},
+        })
+    }
+
+    fn anthropic_body(&self) -> Value {
+        let mut content = Vec::new();
+        if self.has_message() {
+            content.push(json!({"type": "text", "text": self.text}));
+        }
+        for c in &self.calls {
+            content.push(json!({"type": "tool_use", "id": c.call.id, "name": c.call.name, "input": c.call.arguments}));
+        }
+        self.anthropic_message(content, Some(self.stop_reason()))
+    }
+
+    /// `message_start`, a start, deltas and a stop per content block (text first, then a
+    /// `tool_use` per call, its input in `input_json_delta` fragments), `message_delta`
+    /// with the stop reason, `message_stop`.
+    fn anthropic_events(&self) -> Vec<Value> {
+        let mut events = vec![json!({
+            "type": "message_start",
+            "message": self.anthropic_message(Vec::new(), None),
+        })];
+        let mut index = 0usize;
+        if self.has_message() {
+            events.push(json!({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "text", "text": ""}}));
+            for piece in fragments(&self.text) {
+                events.push(json!({"type": "content_block_delta", "index": index,
+                                   "delta": {"type": "text_delta", "text": piece}}));
+            }
+            events.push(json!({"type": "content_block_stop", "index": index}));
+            index += 1;
+        }
+        for c in &self.calls {
+            events.push(json!({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "tool_use", "id": c.call.id, "name": c.call.name, "input": {}}}));
+            for piece in fragments(&c.arguments) {
+                events.push(json!({"type": "content_block_delta", "index": index,
+                                   "delta": {"type": "input_json_delta", "partial_json": piece}}));
+            }
+            events.push(json!({"type": "content_block_stop", "index": index}));
+            index += 1;
+        }
+        events.push(json!({"type": "message_delta",
+                           "delta": {"stop_reason": self.stop_reason(), "stop_sequence": null},
+                           "usage": {"output_tokens": 1}}));
+        events.push(json!({"type": "message_stop"}));
+        events
+    }
+}
+
+/// `events` as an SSE body, one event each (JSON text has no line break, so each `data:`
+/// is one line), named by their `type` or ended by Chat's `[DONE]` as `wire` says.
+fn sse_response(events: &[Value], wire: Wire) -> Response {
     let mut body = Vec::new();
-    let data = events
-        .iter()
-        .map(Value::to_string)
-        .chain(done.then(|| "[DONE]".to_string()));
-    for data in data {
-        body.extend_from_slice(&Bytes::from(Sse::default().data(data)));
+    for event in events {
+        let mut sse = Sse::default().data(event.to_string());
+        if wire == Wire::Named
+            && let Some(kind) = event.get("type").and_then(Value::as_str)
+        {
+            sse = sse.event(kind.to_string());
+        }
+        body.extend_from_slice(&Bytes::from(sse));
+    }
+    if wire == Wire::Chat {
+        body.extend_from_slice(&Bytes::from(Sse::default().data("[DONE]")));
     }
     (
         [

@@ -26,6 +26,9 @@ use super::encode::Plan;
 use super::play;
 use crate::provider::Provider;
 
+/// The model `GET /v1/models` lists.
+pub const MODEL: &str = "mock-model";
+
 /// Largest request body accepted; a larger one is `413`.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
@@ -35,6 +38,8 @@ impl MockProvider {
         Router::new()
             .route("/v1/responses", post(responses))
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", get(models))
             .route("/debug/requests", get(debug_requests))
             .route("/healthz", get(healthz))
             .fallback(not_found)
@@ -90,6 +95,7 @@ impl MockProvider {
         };
         let conversation = match format {
             Provider::OpenaiCompletions => Conversation::of_chat(obj),
+            Provider::Anthropic => Conversation::of_anthropic(obj),
             _ => Conversation::of_responses(obj),
         };
         let conversation = match conversation {
@@ -124,6 +130,21 @@ async fn chat_completions(
     provider.handle(Provider::OpenaiCompletions, body)
 }
 
+async fn messages(
+    State(provider): State<Arc<MockProvider>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    provider.handle(Provider::Anthropic, body)
+}
+
+/// The one model the mock plays, in OpenAI's list shape.
+async fn models() -> Response {
+    axum::Json(json!({"object": "list", "data": [
+        {"id": MODEL, "object": "model", "created": 0, "owned_by": "toolsearch-mock"}
+    ]}))
+    .into_response()
+}
+
 async fn debug_requests(State(provider): State<Arc<MockProvider>>) -> Response {
     axum::Json(Value::Array(provider.requests())).into_response()
 }
@@ -136,7 +157,7 @@ async fn not_found(method: Method, uri: Uri) -> Response {
     error_response(
         StatusCode::NOT_FOUND,
         format!(
-            "the mock provider has no route {method} {}; it serves POST /v1/responses, POST /v1/chat/completions, GET /debug/requests and GET /healthz",
+            "the mock provider has no route {method} {}; it serves POST /v1/responses, POST /v1/chat/completions, POST /v1/messages, GET /v1/models, GET /debug/requests and GET /healthz",
             uri.path()
         ),
     )

@@ -4,9 +4,11 @@
 //! reads requests from any client and never calls the agent loop or the dispatcher.
 //!
 //! Routes:
-//! - `POST /v1/responses` (OpenAI Responses) and `POST /v1/chat/completions` (Chat
-//!   Completions), each streamed as SSE (`data: {json}` events, Chat ending with
-//!   `data: [DONE]`) when the body says `"stream": true`;
+//! - `POST /v1/responses` (OpenAI Responses), `POST /v1/chat/completions` (Chat
+//!   Completions) and `POST /v1/messages` (Anthropic Messages), each streamed as SSE
+//!   (`data: {json}` events, Chat ending with `data: [DONE]`, the others naming each
+//!   event's type) when the body says `"stream": true`;
+//! - `GET /v1/models`: one model, [`MODEL`];
 //! - `GET /debug/requests`: every request body received, in order, as a JSON array;
 //! - `GET /healthz`: `{"ok": true}`.
 //!
@@ -15,8 +17,8 @@
 //! - `conversation`: what the request says: its turns and declared tools;
 //! - `play`: the reply, decided from the request alone (the QA play, a [`Scenario`], or
 //!   the echo), so the same request always gets the same reply;
-//! - `encode`: the reply as a Responses or Chat Completions body or stream, with
-//!   deterministic ids.
+//! - `encode`: the reply as a Responses, Chat Completions or Anthropic body or stream,
+//!   with deterministic ids.
 
 mod conversation;
 mod encode;
@@ -31,7 +33,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use http::MAX_BODY_BYTES;
+pub use http::{MAX_BODY_BYTES, MODEL};
 pub use play::{
     QA_OUTPUT_CHARS, QA_PROMPT, Reply, Scenario, ScriptedCall, Step, qa_code, qa_marker,
 };

@@ -16,13 +16,16 @@ use crate::surface::{TOOL_CALL, TOOL_SEARCH, TOOL_SEARCH_CODE};
 
 const RESPONSES: Provider = Provider::OpenaiResponses;
 const CHAT: Provider = Provider::OpenaiCompletions;
+const ANTHROPIC: Provider = Provider::Anthropic;
 
 /// Every format, streamed and not.
-const MODES: [(Provider, bool); 4] = [
+const MODES: [(Provider, bool); 6] = [
     (RESPONSES, false),
     (RESPONSES, true),
     (CHAT, false),
     (CHAT, true),
+    (ANTHROPIC, false),
+    (ANTHROPIC, true),
 ];
 
 const TARGET: &str = "demo.echo";
@@ -122,6 +125,7 @@ impl Server {
 fn path_of(format: Provider) -> &'static str {
     match format {
         CHAT => "/v1/chat/completions",
+        ANTHROPIC => "/v1/messages",
         _ => "/v1/responses",
     }
 }
@@ -159,6 +163,18 @@ fn read_turn(format: Provider, stream: bool, answer: &Answer) -> Turn {
                     .unwrap_or_default()
                     .to_string()
             }
+            ANTHROPIC => {
+                assert_eq!(body["type"], "message");
+                assert_eq!(
+                    body["stop_reason"],
+                    if calls.is_empty() {
+                        "end_turn"
+                    } else {
+                        "tool_use"
+                    }
+                );
+                crate::provider::normalize::reply_text(format, &body)
+            }
             _ => {
                 assert_eq!(body["object"], "response");
                 assert_eq!(body["status"], "completed");
@@ -169,7 +185,18 @@ fn read_turn(format: Provider, stream: bool, answer: &Answer) -> Turn {
     }
     assert_eq!(answer.content_type, "text/event-stream");
     for block in answer.body.split_terminator("\n\n") {
-        assert!(block.starts_with("data: "), "not an SSE data line: {block}");
+        // Chat sends data alone; the others name each event after its type.
+        let data = match block.strip_prefix("event: ") {
+            Some(named) if format != CHAT => {
+                let (name, data) = named.split_once('\n').unwrap();
+                let data = data.strip_prefix("data: ").unwrap();
+                let value: Value = serde_json::from_str(data).unwrap();
+                assert_eq!(value["type"], name, "{block}");
+                continue;
+            }
+            _ => block,
+        };
+        assert!(data.starts_with("data: "), "not an SSE data line: {block}");
     }
     let events = parse_sse(&answer.body);
     let mut assembler = StreamAssembler::new(format);
@@ -196,6 +223,24 @@ fn read_turn(format: Provider, stream: bool, answer: &Answer) -> Turn {
             events
                 .iter()
                 .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+                .collect()
+        }
+        ANTHROPIC => {
+            assert_eq!(events[0]["type"], "message_start");
+            assert_eq!(events[events.len() - 1]["type"], "message_stop");
+            let stop = &events[events.len() - 2];
+            assert_eq!(stop["type"], "message_delta");
+            assert_eq!(
+                stop["delta"]["stop_reason"],
+                if calls.is_empty() {
+                    "end_turn"
+                } else {
+                    "tool_use"
+                }
+            );
+            events
+                .iter()
+                .filter_map(|e| crate::provider::normalize::stream_text(format, e))
                 .collect()
         }
         _ => {
@@ -272,6 +317,28 @@ impl Convo {
     fn answered(&mut self, turn: &Turn, outputs: &[&str]) {
         assert_eq!(turn.calls.len(), outputs.len());
         match self.format {
+            ANTHROPIC => {
+                let mut blocks = Vec::new();
+                if !turn.text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": turn.text}));
+                }
+                blocks.extend(turn.calls.iter().map(|c| {
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                }));
+                self.items
+                    .push(json!({"role": "assistant", "content": blocks}));
+                if !outputs.is_empty() {
+                    let results: Vec<Value> = turn
+                        .calls
+                        .iter()
+                        .zip(outputs)
+                        .map(|(call, output)| {
+                            json!({"type": "tool_result", "tool_use_id": call.id, "content": output})
+                        })
+                        .collect();
+                    self.items.push(json!({"role": "user", "content": results}));
+                }
+            }
             RESPONSES => {
                 if !turn.text.is_empty() {
                     self.items.push(json!({
@@ -316,6 +383,15 @@ impl Convo {
                 })).collect::<Vec<_>>(),
                 "stream": self.stream,
             }),
+            ANTHROPIC => json!({
+                "model": "mock-model",
+                "max_tokens": 1024,
+                "messages": self.items,
+                "tools": self.tools.iter().map(|name| json!({
+                    "name": name, "description": "", "input_schema": params,
+                })).collect::<Vec<_>>(),
+                "stream": self.stream,
+            }),
             _ => json!({
                 "model": "mock-model",
                 "messages": self.items,
@@ -355,14 +431,18 @@ async fn health_and_unknown_routes() {
     assert_eq!(health.status, 200);
     assert_eq!(health.json(), json!({"ok": true}));
 
-    let missing = server.get("/v1/models").await;
+    let models = server.get("/v1/models").await;
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["data"][0]["id"], MODEL);
+
+    let missing = server.get("/v1/embeddings").await;
     assert_eq!(missing.status, 404);
     assert_eq!(missing.json()["error"]["type"], "invalid_request_error");
     assert!(
         missing.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("/v1/models")
+            .contains("/v1/embeddings")
     );
     server.stop().await;
 }

@@ -1,0 +1,234 @@
+//! This user's cache folder, `$XDG_CACHE_HOME/toolsearch` (else `~/.cache/toolsearch`),
+//! and the one rule for trusting a folder under it.
+//!
+//! What is kept there is work a process need not repeat: the sandbox's startup snapshots
+//! and probe results, planned catalogs and their indexes. Some of it is run (a snapshot is
+//! code the child executes) or believed (a stored catalog decides what a model may call),
+//! so a folder is used only when no other user could have written into it: see
+//! [`prepare`]. Everything kept here can be rebuilt; deleting the folder is always safe.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// `$XDG_CACHE_HOME/toolsearch`, else `$HOME/.cache/toolsearch`; none without either
+/// (nothing is cached). A relative `XDG_CACHE_HOME` is ignored, as the XDG base directory
+/// specification asks; so is a relative `HOME`.
+pub fn root() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    base.is_absolute().then(|| base.join("toolsearch"))
+}
+
+/// A folder of the cache root by name (`snapshots`, `hosts`, `catalogs`).
+pub fn folder(name: &str) -> Option<PathBuf> {
+    root().map(|r| r.join(name))
+}
+
+/// Creates `dir` if needed and makes sure that only this user can have changed what is in
+/// it, so that what a process finds there is what a process of this user left:
+/// - folders are created 0700 whatever the umask (with 002, the default for users with a
+///   group of their own, they would otherwise be group-writable);
+/// - the path is resolved first, so a symlink cannot hide an ancestor another user owns;
+/// - `dir` must be a real folder owned by this user. Above the cache root, every ancestor
+///   must belong to root or this user and be writable by no one else unless sticky (as
+///   `/tmp`, where others cannot rename what is ours): whoever can rename entries in a
+///   parent could swap the whole folder. From the cache root down, a folder of ours that
+///   others could write is made private and **emptied**: anything in it may have been
+///   planted, and everything in a cache can be rebuilt.
+pub fn prepare(dir: &Path) -> Result<(), String> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let real = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = fs::symlink_metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", real.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!("{} is not owned by this user", real.display()));
+    }
+    let cache_root = root().and_then(|r| r.canonicalize().ok());
+    for folder in real.ancestors() {
+        let m = fs::symlink_metadata(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+        let ours = cache_root.as_deref().is_some_and(|r| folder.starts_with(r)) || folder == real;
+        let writable_by_others = m.mode() & 0o022 != 0;
+        if ours && m.uid() == me {
+            if writable_by_others {
+                make_private(folder)?;
+                empty(folder);
+                tracing::warn!(
+                    "{} was writable by others: made private and emptied",
+                    folder.display()
+                );
+            } else if m.mode() & 0o077 != 0 {
+                make_private(folder)?;
+            }
+            continue;
+        }
+        let sticky = m.mode() & 0o1000 != 0;
+        if (m.uid() != 0 && m.uid() != me) || (writable_by_others && !sticky) {
+            return Err(format!(
+                "{} is writable by others or owned by another user; nothing is cached under it",
+                folder.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn make_private(dir: &Path) -> Result<(), String> {
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("cannot make {} private: {e}", dir.display()))
+}
+
+/// Removes everything in `dir` (not following links).
+fn empty(dir: &Path) {
+    let Ok(items) = fs::read_dir(dir) else { return };
+    for item in items.flatten() {
+        let path = item.path();
+        let removed = match item.file_type() {
+            Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
+        if let Err(e) = removed {
+            tracing::debug!("cannot remove {}: {e}", path.display());
+        }
+    }
+}
+
+/// A file in a prepared folder may be believed: a regular file (not a link), owned by this
+/// user and writable by no one else.
+pub fn trusted_file(path: &Path, meta: &fs::Metadata) -> Result<(), String> {
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others or not owned by this user",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a file of a prepared folder whole, if it is [`trusted_file`] and at most `max`
+/// bytes. Opened without following a link and without blocking, and checked on the open
+/// file, so a link, a FIFO or a device put in its place is refused, not read or waited on.
+pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    trusted_file(path, &meta)?;
+    if meta.len() > max {
+        return Err(format!(
+            "{} is {} bytes, over {max}",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(bytes)
+}
+
+/// Writes `bytes` to `path` in `dir` atomically: a fresh file of a random name (0600),
+/// synced, then renamed into place, so that a reader sees the old file or the new one,
+/// never half of one, and a crash leaves at most a temporary file of this process's own.
+pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let mut temp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)
+        .map_err(fail)?;
+    temp.write_all(bytes).map_err(fail)?;
+    temp.as_file().sync_all().map_err(fail)?;
+    temp.persist(path).map_err(|e| fail(e.error))?;
+    Ok(())
+}
+
+/// What temporary files and folders in a cache folder begin with: anything of that name
+/// older than a few minutes was left by a process that died.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_folder_others_can_write_is_made_private_and_a_shared_parent_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("planted"), "x").unwrap();
+        fs::create_dir(dir.join("planted-folder")).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        prepare(&dir).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            0,
+            "anything in it may be planted"
+        );
+
+        // Readable by others only: made private, kept.
+        fs::write(dir.join("kept"), "x").unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        prepare(&dir).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        assert!(dir.join("kept").exists());
+
+        // Created private whatever is missing of the path.
+        let deep = tmp.path().join("x/y/z");
+        prepare(&deep).unwrap();
+        for d in ["x", "x/y", "x/y/z"] {
+            assert_eq!(
+                fs::metadata(tmp.path().join(d)).unwrap().mode() & 0o777,
+                0o700,
+                "{d}"
+            );
+        }
+
+        let shared = tmp.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = prepare(&shared.join("inner")).unwrap_err();
+        assert!(err.contains("writable by others"), "{err}");
+
+        // Reached through a link, the shared parent is still seen.
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(shared.join("inner"), &link).unwrap();
+        let err = prepare(&link).unwrap_err();
+        assert!(err.contains("writable by others"), "{err}");
+    }
+
+    #[test]
+    fn a_link_is_not_a_trusted_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("t");
+        fs::write(&target, "x").unwrap();
+        let link = tmp.path().join("l");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let meta = fs::symlink_metadata(&link).unwrap();
+        assert!(trusted_file(&link, &meta).is_err());
+        let meta = fs::symlink_metadata(&target).unwrap();
+        trusted_file(&target, &meta).unwrap();
+    }
+}

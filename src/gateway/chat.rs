@@ -1,0 +1,494 @@
+//! The OpenAI Chat Completions front: `POST /v1/chat/completions`, streamed or not.
+//!
+//! Chat is stateless: `messages` is the whole conversation (`system` and `developer`
+//! messages are the system prompt; the client's tool calls and their `tool` results are
+//! in it). `metadata.session_key` names the session whose dispatcher and log the turn
+//! uses; its history is not prepended. The request's `tools` are client tools as in the
+//! Responses front; the legacy `functions` / `function_call` are read as tools and a tool
+//! choice, and answered in the legacy `function_call` shape.
+//!
+//! The answer is one choice: the text, and a tool call per call of a client tool
+//! (`finish_reason: "tool_calls"`). Streamed, it is `chat.completion.chunk`s: the role,
+//! the text as the provider streams it, the tool calls, the finish reason, then `[DONE]`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::errors::ApiError;
+use super::forward;
+use super::responses::{arguments_of, content_text};
+use super::server::Gateway;
+use super::sse::{self, Encoder, event};
+use super::store::random_id;
+use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
+use crate::agent::{Message, Stop, TurnOutcome};
+use crate::provider::{Provider, RequestOptions, ToolCall};
+
+/// The fields of a Chat Completions request; as for Responses, every field OpenAI's API
+/// takes is forwarded, passed on to an `openai-completions` upstream only, or read and
+/// ignored. Anything else is a 400.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    messages: Vec<Value>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    functions: Option<Vec<Value>>,
+    #[serde(default)]
+    function_call: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    stop: Option<Value>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    #[serde(default)]
+    response_format: Option<Value>,
+    #[serde(default)]
+    verbosity: Option<String>,
+    #[serde(default)]
+    store: Option<bool>,
+    #[serde(default)]
+    seed: Option<i64>,
+    #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
+    presence_penalty: Option<f64>,
+    #[serde(default)]
+    service_tier: Option<String>,
+    #[serde(default)]
+    prompt_cache_key: Option<String>,
+    #[serde(default)]
+    safety_identifier: Option<String>,
+    // The gateway's own.
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<Value>,
+    // For an openai-completions upstream only.
+    #[serde(default)]
+    logit_bias: Option<Value>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    top_logprobs: Option<Value>,
+    #[serde(default)]
+    prompt_cache_retention: Option<Value>,
+    #[serde(default)]
+    web_search_options: Option<Value>,
+    // Read and ignored (named `_...`: read by serde, by nothing else).
+    #[serde(default, rename = "n")]
+    _n: Option<IgnoredAny>,
+    #[serde(default, rename = "audio")]
+    _audio: Option<IgnoredAny>,
+    #[serde(default, rename = "modalities")]
+    _modalities: Option<IgnoredAny>,
+    #[serde(default, rename = "prediction")]
+    _prediction: Option<IgnoredAny>,
+    #[serde(default, rename = "moderation")]
+    _moderation: Option<IgnoredAny>,
+    #[serde(default, rename = "prompt_cache_options")]
+    _prompt_cache_options: Option<IgnoredAny>,
+}
+
+/// What every chunk and the completion repeat.
+struct Completion {
+    id: String,
+    created: u64,
+    model: String,
+    /// The client used the legacy `functions`: answer with `function_call`.
+    legacy: bool,
+    include_usage: bool,
+}
+
+pub(super) async fn create(
+    State(gw): State<Arc<Gateway>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match create_inner(&gw, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_inner(
+    gw: &Arc<Gateway>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
+    let request: CreateRequest = forward::parse_body(&body)?;
+    let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
+    let (input, system) = chat_messages(&request.messages)?;
+    let legacy = request.tools.is_none() && request.functions.is_some();
+    let mut tools = request.tools.clone().unwrap_or_default();
+    tools.extend(
+        request
+            .functions
+            .iter()
+            .flatten()
+            .map(|f| json!({"type": "function", "function": f})),
+    );
+    let options = options_of(&request, metadata)?;
+    let completion = Completion {
+        id: random_id("chatcmpl-"),
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        model: request
+            .model
+            .clone()
+            .unwrap_or_else(|| gw.configured_model().to_string()),
+        legacy,
+        include_usage: request
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true),
+    };
+    let turn = TurnRequest {
+        session_key,
+        system: system.join("\n\n"),
+        prior: Prior::Nothing,
+        input,
+        client_tools: tools,
+        options,
+    };
+    if request.stream != Some(true) {
+        let Running { turn, cancel, .. } = gw.start(turn, None).await?;
+        let result = settled(turn.await);
+        drop(cancel);
+        return Ok(axum::Json(completion.body(&result?)).into_response());
+    }
+    let (tx, rx) = mpsc::channel(TEXT_BUFFER);
+    let running = gw.start(turn, Some(tx)).await?;
+    Ok(sse::respond(running, rx, ChatStream { completion }).await)
+}
+
+fn options_of(
+    request: &CreateRequest,
+    metadata: Map<String, Value>,
+) -> Result<RequestOptions, ApiError> {
+    let passthrough = forward::set_fields(&[
+        ("logit_bias", &request.logit_bias),
+        ("logprobs", &request.logprobs),
+        ("top_logprobs", &request.top_logprobs),
+        ("prompt_cache_retention", &request.prompt_cache_retention),
+        ("web_search_options", &request.web_search_options),
+    ]);
+    Ok(RequestOptions {
+        model: request.model.clone(),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_output_tokens: request.max_completion_tokens.or(request.max_tokens),
+        stop: forward::stop(request.stop.as_ref())?,
+        user: request.user.clone(),
+        metadata,
+        reasoning: request
+            .reasoning_effort
+            .clone()
+            .map(|effort| crate::provider::Reasoning {
+                effort: Some(effort),
+                summary: None,
+            }),
+        format: forward::chat_format(request.response_format.as_ref())?,
+        verbosity: request.verbosity.clone(),
+        parallel_tool_calls: request.parallel_tool_calls,
+        tool_choice: forward::chat_tool_choice(
+            request.tool_choice.as_ref(),
+            request.function_call.as_ref(),
+        )?,
+        store: request.store,
+        service_tier: request.service_tier.clone(),
+        prompt_cache_key: request.prompt_cache_key.clone(),
+        safety_identifier: request.safety_identifier.clone(),
+        seed: request.seed,
+        frequency_penalty: request.frequency_penalty,
+        presence_penalty: request.presence_penalty,
+        passthrough: (!passthrough.is_empty())
+            .then_some((Provider::OpenaiCompletions, passthrough)),
+    })
+}
+
+/// `messages` as the conversation, and the texts of its `system` and `developer`
+/// messages.
+fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError> {
+    let mut messages = Vec::with_capacity(list.len());
+    let mut system = Vec::new();
+    // Legacy `function` results name their function, not a call: the open call of that
+    // name is theirs.
+    let mut legacy_calls = 0usize;
+    for (i, m) in list.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let bad = |s: String| ApiError::bad_request(format!("{at}: {s}")).param("messages");
+        let Some(m) = m.as_object() else {
+            return Err(bad("expected an object".into()));
+        };
+        let content = || content_text(m.get("content"), &at);
+        match m.get("role").and_then(Value::as_str).unwrap_or_default() {
+            "system" | "developer" => system.push(content()?),
+            "user" => messages.push(Message::User {
+                content: content()?,
+            }),
+            "assistant" => {
+                let mut calls = Vec::new();
+                for (j, c) in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    let text = |p: &str| c.pointer(p).and_then(Value::as_str);
+                    let (Some(id), Some(name)) = (text("/id"), text("/function/name")) else {
+                        return Err(bad(format!(
+                            "tool_calls[{j}] needs `id` and `function.name`"
+                        )));
+                    };
+                    calls.push(ToolCall {
+                        id: id.to_string(),
+                        name: name.to_string(),
+                        arguments: arguments_of(text("/function/arguments").unwrap_or(""))
+                            .map_err(|e| bad(format!("tool_calls[{j}].function.arguments: {e}")))?,
+                    });
+                }
+                if let Some(f) = m.get("function_call").filter(|f| f.is_object()) {
+                    legacy_calls += 1;
+                    let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+                    calls.push(ToolCall {
+                        id: format!("legacy_call_{legacy_calls}"),
+                        name: name.to_string(),
+                        arguments: arguments_of(
+                            f.get("arguments").and_then(Value::as_str).unwrap_or(""),
+                        )
+                        .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
+                    });
+                }
+                messages.push(Message::Assistant {
+                    content: content()?,
+                    tool_calls: calls,
+                });
+            }
+            "tool" => {
+                let Some(call_id) = m.get("tool_call_id").and_then(Value::as_str) else {
+                    return Err(bad("a tool message needs `tool_call_id`".into()));
+                };
+                messages.push(Message::Tool {
+                    call_id: call_id.to_string(),
+                    name: String::new(),
+                    content: content()?,
+                    is_error: false,
+                });
+            }
+            "function" => {
+                let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
+                let call_id = messages.iter().rev().find_map(|prev| match prev {
+                    Message::Assistant { tool_calls, .. } => tool_calls
+                        .iter()
+                        .find(|c| c.name == name)
+                        .map(|c| c.id.clone()),
+                    _ => None,
+                });
+                messages.push(Message::Tool {
+                    call_id: call_id.unwrap_or_default(),
+                    name: name.to_string(),
+                    content: content()?,
+                    is_error: false,
+                });
+            }
+            other => {
+                return Err(bad(format!(
+                    "`{other}` is not a role; expected system, developer, user, assistant or tool"
+                )));
+            }
+        }
+    }
+    Ok((messages, system))
+}
+
+impl Completion {
+    fn finish_reason(&self, outcome: &TurnOutcome) -> &'static str {
+        match (outcome.stop, self.legacy) {
+            (Stop::ClientTools, true) => "function_call",
+            (Stop::ClientTools, false) => "tool_calls",
+            _ => "stop",
+        }
+    }
+
+    fn message(&self, outcome: &TurnOutcome) -> Value {
+        let mut message = crate::provider::payload::chat_assistant_message(&outcome.text, &[]);
+        message["refusal"] = Value::Null;
+        match (self.legacy, outcome.pending.first()) {
+            (true, Some(call)) => {
+                message["function_call"] =
+                    json!({"name": call.name, "arguments": call.arguments.to_string()});
+            }
+            (false, Some(_)) => {
+                message["tool_calls"] = crate::provider::payload::chat_assistant_message(
+                    "",
+                    &outcome.pending,
+                )["tool_calls"]
+                    .clone();
+            }
+            _ => {}
+        }
+        message
+    }
+
+    fn body(&self, outcome: &TurnOutcome) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": self.message(outcome),
+                "finish_reason": self.finish_reason(outcome),
+                "logprobs": null,
+            }],
+            "usage": usage(outcome),
+        })
+    }
+
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
+        event(
+            None,
+            &json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": null}],
+            }),
+        )
+    }
+}
+
+/// The turn's tokens in Chat's shape, `null` when the provider counted none.
+fn usage(outcome: &TurnOutcome) -> Value {
+    outcome.usage.map_or(Value::Null, |u| {
+        json!({
+            "prompt_tokens": u.input_tokens,
+            "completion_tokens": u.output_tokens,
+            "total_tokens": u.input_tokens + u.output_tokens,
+        })
+    })
+}
+
+struct ChatStream {
+    completion: Completion,
+}
+
+impl Encoder for ChatStream {
+    fn start(&mut self) -> Vec<Bytes> {
+        vec![
+            self.completion
+                .chunk(json!({"role": "assistant", "content": ""}), None),
+        ]
+    }
+
+    fn text(&mut self, delta: &str) -> Vec<Bytes> {
+        vec![self.completion.chunk(json!({"content": delta}), None)]
+    }
+
+    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes> {
+        let c = &self.completion;
+        let outcome = match result {
+            Ok(o) => o,
+            // OpenAI's streams end this way: the error as an event, no `[DONE]`.
+            Err(e) => return vec![event(None, &e.body())],
+        };
+        let mut frames = Vec::new();
+        for (index, call) in outcome.pending.iter().enumerate() {
+            let arguments = call.arguments.to_string();
+            if c.legacy {
+                if index == 0 {
+                    frames.push(c.chunk(
+                        json!({"function_call": {"name": call.name, "arguments": arguments}}),
+                        None,
+                    ));
+                }
+                continue;
+            }
+            frames.push(c.chunk(
+                json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                        "function": {"name": call.name, "arguments": ""}}]}),
+                None,
+            ));
+            frames.push(c.chunk(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}),
+                None,
+            ));
+        }
+        frames.push(c.chunk(json!({}), Some(c.finish_reason(&outcome))));
+        if c.include_usage {
+            frames.push(event(
+                None,
+                &json!({"id": c.id, "object": "chat.completion.chunk", "created": c.created,
+                        "model": c.model, "choices": [], "usage": usage(&outcome)}),
+            ));
+        }
+        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        frames
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_messages_become_the_conversation() {
+        let (messages, system) = chat_messages(&[
+            json!({"role": "system", "content": "be brief"}),
+            json!({"role": "user", "content": [{"type": "text", "text": "pick"}]}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "pick", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "a.txt"}),
+        ])
+        .unwrap();
+        assert_eq!(system, ["be brief"]);
+        assert_eq!(messages.len(), 3);
+        assert!(matches!(&messages[2], Message::Tool { call_id, .. } if call_id == "c1"));
+    }
+
+    #[test]
+    fn legacy_function_results_find_their_call() {
+        let (messages, _) = chat_messages(&[
+            json!({"role": "user", "content": "pick"}),
+            json!({"role": "assistant", "content": null, "function_call": {"name": "pick", "arguments": "{}"}}),
+            json!({"role": "function", "name": "pick", "content": "a.txt"}),
+        ])
+        .unwrap();
+        assert!(
+            matches!(&messages[2], Message::Tool { call_id, .. } if call_id == "legacy_call_1")
+        );
+        let e = chat_messages(&[json!({"role": "robot", "content": "x"})]).unwrap_err();
+        assert!(e.message.contains("robot"), "{}", e.message);
+    }
+}

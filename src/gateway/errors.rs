@@ -1,0 +1,182 @@
+//! The gateway's answers when a turn cannot be given: OpenAI's error shape, `{"error":
+//! {"message", "type", "param", "code"}}`, with a status an OpenAI SDK acts on.
+//!
+//! - the client's request is wrong: 400 `invalid_request_error` naming the field, 404 for
+//!   an unknown or expired `previous_response_id`, 413 for a body over the bound;
+//! - the provider refused or failed: its own 4xx status, error type and code (429 keeps
+//!   its `Retry-After`, 401 stays 401), or 502 when it failed on its side or answered
+//!   something that is not an answer;
+//! - the gateway itself: 500 `server_error`, whose message names no path or secret (the
+//!   detail goes to the gateway's log), 503 while it shuts down.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::agent::TurnError;
+
+/// An error answer; boxed, so the `Result`s that carry one stay small.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError(Box<Detail>);
+
+/// What an error answer says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    pub status: StatusCode,
+    pub kind: String,
+    pub message: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+    pub retry_after: Option<String>,
+}
+
+impl std::ops::Deref for ApiError {
+    type Target = Detail;
+
+    fn deref(&self) -> &Detail {
+        &self.0
+    }
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
+        ApiError(Box::new(Detail {
+            status,
+            kind: kind.to_string(),
+            message: message.into(),
+            param: None,
+            code: None,
+            retry_after: None,
+        }))
+    }
+
+    /// 400: the request is malformed or asks what cannot be done.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 404: what the request names does not exist (any more).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
+    /// 500: the gateway failed. `message` is for the client: no path, no secret.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// 503: the gateway is stopping; the turn was abandoned.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+    }
+
+    /// A request that axum refused before us (a body over the bound: 413).
+    pub fn rejected(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError::new(status, "invalid_request_error", message)
+    }
+
+    pub fn param(mut self, param: &str) -> Self {
+        self.0.param = Some(param.to_string());
+        self
+    }
+
+    pub fn code(mut self, code: &str) -> Self {
+        self.0.code = Some(code.to_string());
+        self
+    }
+
+    /// A failed turn: the provider's status and type when it gave them (see the module
+    /// documentation).
+    pub fn of_turn(e: &TurnError) -> Self {
+        match e {
+            TurnError::Provider(m) => {
+                let status = m
+                    .status
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .filter(StatusCode::is_client_error)
+                    .unwrap_or(StatusCode::BAD_GATEWAY);
+                let fallback = if status.is_client_error() {
+                    "invalid_request_error"
+                } else {
+                    "server_error"
+                };
+                ApiError(Box::new(Detail {
+                    status,
+                    kind: m.kind.clone().unwrap_or_else(|| fallback.to_string()),
+                    message: e.to_string(),
+                    param: None,
+                    code: Some(m.code.clone().unwrap_or_else(|| e.code().to_string())),
+                    retry_after: m.retry_after.clone(),
+                }))
+            }
+            TurnError::RoundLimit(_) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "server_error", e.to_string()).code(e.code())
+            }
+        }
+    }
+
+    /// The `error` object.
+    pub fn object(&self) -> Value {
+        json!({
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        })
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"error": self.object()})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(after) = self
+            .retry_after
+            .as_deref()
+            .and_then(|v| HeaderValue::from_str(v).ok())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, after);
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::ModelError;
+
+    #[test]
+    fn provider_errors_keep_their_status_type_and_retry_after() {
+        let limited = TurnError::Provider(ModelError {
+            message: "slow down".into(),
+            status: Some(429),
+            kind: Some("rate_limit_error".into()),
+            code: None,
+            retry_after: Some("7".into()),
+        });
+        let e = ApiError::of_turn(&limited);
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.kind, "rate_limit_error");
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+
+        let failed = TurnError::Provider(ModelError {
+            status: Some(503),
+            ..ModelError::from("overloaded".to_string())
+        });
+        let e = ApiError::of_turn(&failed);
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(e.kind, "server_error");
+        assert_eq!(e.code.as_deref(), Some("provider-error"));
+
+        let e = ApiError::of_turn(&TurnError::RoundLimit(4));
+        assert_eq!(
+            (e.status, e.kind.as_str()),
+            (StatusCode::BAD_GATEWAY, "server_error")
+        );
+    }
+}

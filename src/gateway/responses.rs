@@ -1,0 +1,566 @@
+//! The OpenAI Responses front: `POST /v1/responses`, streamed or not, and `GET
+//! /v1/responses/{id}`.
+//!
+//! The conversation is the stored one of `previous_response_id` (404 when unknown or
+//! expired), else the session's (`metadata.session_key`), else nothing; then `input`: a
+//! string, or items — messages (`system` and `developer` ones join the instructions),
+//! the client's `function_call` items and their `function_call_output`s. Text parts only:
+//! an image or a file is refused, not dropped.
+//!
+//! The answer is a `message` item with the text, then a `function_call` item per call of a
+//! client tool. It is stored unless `store: false`. Streamed, it is the Responses event
+//! stream: `response.created`, `response.in_progress`, the message's item, part and
+//! `response.output_text.delta` events as the provider streams, the function-call items
+//! with their argument events, and `response.completed` (or `response.failed`).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::errors::ApiError;
+use super::forward;
+use super::server::Gateway;
+use super::sse;
+use super::store::{StoredResponse, random_id};
+use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
+use crate::agent::{Message, TurnOutcome};
+use crate::provider::{Provider, RequestOptions, ToolCall};
+use crate::surface::Summary;
+
+mod events;
+
+/// The fields of a Responses request. Every field OpenAI's API takes is here: forwarded,
+/// the gateway's own, passed on to an `openai-responses` upstream only, or read and
+/// ignored (the README lists which is which). Anything else is a 400.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    reasoning: Option<Value>,
+    #[serde(default)]
+    text: Option<Value>,
+    #[serde(default)]
+    store: Option<bool>,
+    #[serde(default)]
+    service_tier: Option<String>,
+    #[serde(default)]
+    prompt_cache_key: Option<String>,
+    #[serde(default)]
+    safety_identifier: Option<String>,
+    // The gateway's own.
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    // For an openai-responses upstream only.
+    #[serde(default)]
+    include: Option<Value>,
+    #[serde(default)]
+    prompt: Option<Value>,
+    #[serde(default)]
+    prompt_cache_retention: Option<Value>,
+    #[serde(default)]
+    top_logprobs: Option<Value>,
+    #[serde(default)]
+    truncation: Option<Value>,
+    #[serde(default)]
+    max_tool_calls: Option<Value>,
+    // Read and ignored (named `_...`: read by serde, by nothing else).
+    #[serde(default, rename = "background")]
+    _background: Option<IgnoredAny>,
+    #[serde(default, rename = "background_options")]
+    _background_options: Option<IgnoredAny>,
+    #[serde(default, rename = "access_programs")]
+    _access_programs: Option<IgnoredAny>,
+    #[serde(default, rename = "context_management")]
+    _context_management: Option<IgnoredAny>,
+    #[serde(default)]
+    conversation: Option<Value>,
+    #[serde(default, rename = "image")]
+    _image: Option<IgnoredAny>,
+    #[serde(default, rename = "moderation")]
+    _moderation: Option<IgnoredAny>,
+    #[serde(default, rename = "prompt_cache_options")]
+    _prompt_cache_options: Option<IgnoredAny>,
+    #[serde(default, rename = "stream_options")]
+    _stream_options: Option<IgnoredAny>,
+}
+
+/// What the response object repeats of the request, fixed before the turn so a stream's
+/// every event carries the same.
+struct Answer {
+    id: String,
+    message_id: String,
+    created_at: u64,
+    model: String,
+    request: Value,
+    metadata: Map<String, Value>,
+    store: bool,
+    /// Filled in once the turn ran.
+    key: String,
+    summary: Option<Summary>,
+}
+
+pub(super) async fn create(
+    State(gw): State<Arc<Gateway>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match create_inner(&gw, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_inner(
+    gw: &Arc<Gateway>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
+    let request: CreateRequest = forward::parse_body(&body)?;
+    if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+        return Err(ApiError::bad_request(
+            "conversation: this gateway keeps no server-side conversations; continue one with previous_response_id or metadata.session_key",
+        )
+        .param("conversation"));
+    }
+    let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
+    let prior = match &request.previous_response_id {
+        Some(id) => match gw.store.get(id) {
+            Some(stored) => Prior::Messages(stored.messages.clone()),
+            None => {
+                return Err(ApiError::not_found(format!(
+                    "Previous response with id '{id}' not found (never stored, or expired)."
+                ))
+                .param("previous_response_id")
+                .code("previous_response_not_found"));
+            }
+        },
+        None if session_key.is_some() => Prior::Session,
+        None => Prior::Nothing,
+    };
+    let Some(input) = request.input.as_ref().filter(|i| !i.is_null()) else {
+        return Err(ApiError::bad_request("input: required").param("input"));
+    };
+    let (input, system_parts) = input_messages(input)?;
+    let mut system = request.instructions.clone().unwrap_or_default();
+    for part in system_parts {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(&part);
+    }
+    let options = options_of(&request, metadata.clone())?;
+    let stream = request.stream == Some(true);
+    let mut answer = Answer {
+        id: random_id("resp_"),
+        message_id: random_id("msg_"),
+        created_at: now(),
+        model: request
+            .model
+            .clone()
+            .unwrap_or_else(|| gw.configured_model().to_string()),
+        request: echo(&request),
+        metadata,
+        store: request.store != Some(false),
+        key: String::new(),
+        summary: None,
+    };
+    let turn = TurnRequest {
+        session_key,
+        system,
+        prior,
+        input,
+        client_tools: request.tools.clone().unwrap_or_default(),
+        options,
+    };
+    if !stream {
+        let running = gw.start(turn, None).await?;
+        answer.started(&running);
+        let Running { turn, cancel, .. } = running;
+        let result = settled(turn.await);
+        drop(cancel);
+        let outcome = result?;
+        let body = answer.complete(gw, &outcome);
+        return Ok(axum::Json(body).into_response());
+    }
+    let (tx, rx) = mpsc::channel(TEXT_BUFFER);
+    let running = gw.start(turn, Some(tx)).await?;
+    answer.started(&running);
+    let encoder = events::ResponsesStream::new(Arc::clone(gw), answer);
+    Ok(sse::respond(running, rx, encoder).await)
+}
+
+/// `GET /v1/responses/{id}`: a stored response as its client got it.
+pub(super) async fn retrieve(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+    match gw.store.get(&id) {
+        Some(stored) => axum::Json(stored.body.clone()).into_response(),
+        None => ApiError::not_found(format!("Response with id '{id}' not found."))
+            .param("response_id")
+            .into_response(),
+    }
+}
+
+fn options_of(
+    request: &CreateRequest,
+    metadata: Map<String, Value>,
+) -> Result<RequestOptions, ApiError> {
+    let (format, verbosity) = forward::responses_text(request.text.as_ref())?;
+    let passthrough = forward::set_fields(&[
+        ("include", &request.include),
+        ("prompt", &request.prompt),
+        ("prompt_cache_retention", &request.prompt_cache_retention),
+        ("top_logprobs", &request.top_logprobs),
+        ("truncation", &request.truncation),
+        ("max_tool_calls", &request.max_tool_calls),
+    ]);
+    Ok(RequestOptions {
+        model: request.model.clone(),
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_output_tokens: request.max_output_tokens,
+        stop: Vec::new(),
+        user: request.user.clone(),
+        metadata,
+        reasoning: forward::responses_reasoning(request.reasoning.as_ref())?,
+        format,
+        verbosity,
+        parallel_tool_calls: request.parallel_tool_calls,
+        tool_choice: forward::responses_tool_choice(request.tool_choice.as_ref())?,
+        store: request.store,
+        service_tier: request.service_tier.clone(),
+        prompt_cache_key: request.prompt_cache_key.clone(),
+        safety_identifier: request.safety_identifier.clone(),
+        seed: None,
+        frequency_penalty: None,
+        presence_penalty: None,
+        passthrough: (!passthrough.is_empty()).then_some((Provider::OpenaiResponses, passthrough)),
+    })
+}
+
+/// What the response object repeats of the request as the client wrote it.
+fn echo(r: &CreateRequest) -> Value {
+    json!({
+        "instructions": r.instructions,
+        "previous_response_id": r.previous_response_id,
+        "tools": r.tools.clone().unwrap_or_default(),
+        "tool_choice": r.tool_choice.clone().unwrap_or(json!("auto")),
+        "parallel_tool_calls": r.parallel_tool_calls.unwrap_or(true),
+        "temperature": r.temperature,
+        "top_p": r.top_p,
+        "max_output_tokens": r.max_output_tokens,
+        "user": r.user,
+        "reasoning": r.reasoning.clone().unwrap_or(json!({"effort": null, "summary": null})),
+        "text": r.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
+        "truncation": r.truncation.clone().unwrap_or(json!("disabled")),
+    })
+}
+
+/// `input` as messages, and the texts of its `system` and `developer` messages.
+fn input_messages(input: &Value) -> Result<(Vec<Message>, Vec<String>), ApiError> {
+    let items = match input {
+        Value::String(text) => {
+            return Ok((
+                vec![Message::User {
+                    content: text.clone(),
+                }],
+                Vec::new(),
+            ));
+        }
+        Value::Array(items) => items,
+        _ => {
+            return Err(
+                ApiError::bad_request("input: expected a string or a list of items").param("input"),
+            );
+        }
+    };
+    let mut messages: Vec<Message> = Vec::new();
+    let mut system = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("input[{i}]");
+        let bad = |m: String| ApiError::bad_request(format!("{at}: {m}")).param("input");
+        let Some(item) = item.as_object() else {
+            return Err(bad("expected an object".into()));
+        };
+        match item.get("type").and_then(Value::as_str) {
+            None | Some("message") => {
+                let role = item.get("role").and_then(Value::as_str).unwrap_or_default();
+                let text = content_text(item.get("content"), &at)?;
+                match role {
+                    "user" => messages.push(Message::User { content: text }),
+                    "assistant" => messages.push(Message::Assistant {
+                        content: text,
+                        tool_calls: Vec::new(),
+                    }),
+                    "system" | "developer" => system.push(text),
+                    other => {
+                        return Err(bad(format!(
+                            "`{other}` is not a role; expected user, assistant, system or developer"
+                        )));
+                    }
+                }
+            }
+            Some("function_call") => {
+                let text = |key: &str| item.get(key).and_then(Value::as_str);
+                let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
+                    return Err(bad("a function_call needs `call_id` and `name`".into()));
+                };
+                let arguments = arguments_of(text("arguments").unwrap_or(""))
+                    .map_err(|e| bad(format!("arguments: {e}")))?;
+                let call = ToolCall {
+                    id: call_id.to_string(),
+                    name: name.to_string(),
+                    arguments,
+                };
+                // Calls that follow the model's message (or each other) are its calls.
+                match messages.last_mut() {
+                    Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
+                    _ => messages.push(Message::Assistant {
+                        content: String::new(),
+                        tool_calls: vec![call],
+                    }),
+                }
+            }
+            Some("function_call_output") => {
+                let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                    return Err(bad("a function_call_output needs `call_id`".into()));
+                };
+                messages.push(Message::Tool {
+                    call_id: call_id.to_string(),
+                    name: String::new(),
+                    content: content_text(item.get("output"), &at)?,
+                    is_error: false,
+                });
+            }
+            Some("item_reference") => {
+                return Err(bad(
+                    "item references name items stored by OpenAI; send the items themselves".into(),
+                ));
+            }
+            // Reasoning and hosted tools' items carry nothing this gateway's providers
+            // read back.
+            Some(_) => {}
+        }
+    }
+    Ok((messages, system))
+}
+
+/// `{"a": 1}` from a call's argument text; the empty text is `{}`.
+pub(super) fn arguments_of(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err("must be a JSON object".into()),
+        Err(e) => Err(format!("not valid JSON: {e}")),
+    }
+}
+
+/// A message's content, or a tool's output, as text: a string, or its text parts joined.
+/// A part that is not text (an image, a file, audio) is refused: dropping it would answer
+/// a question the client did not ask.
+pub(super) fn content_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                let kind = part.get("type").and_then(Value::as_str).unwrap_or("text");
+                let piece = match kind {
+                    "input_text" | "output_text" | "text" => part.get("text"),
+                    "refusal" => part.get("refusal"),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "{at}.content[{j}]: `{other}` parts are not supported; this gateway passes text only"
+                        ))
+                        .param("input"));
+                    }
+                };
+                text.push_str(piece.and_then(Value::as_str).unwrap_or_default());
+            }
+            Ok(text)
+        }
+        Some(_) => Err(ApiError::bad_request(format!(
+            "{at}: content must be a string or a list of parts"
+        ))
+        .param("input")),
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Answer {
+    fn started(&mut self, running: &Running) {
+        self.key = running.key.clone();
+        self.summary = Some(running.summary.clone());
+        if running.keyed {
+            self.metadata
+                .insert(forward::SESSION_KEY.into(), json!(running.key));
+        }
+    }
+
+    fn message(&self, text: &str, status: &str) -> Value {
+        json!({
+            "type": "message",
+            "id": self.message_id,
+            "status": status,
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        })
+    }
+
+    /// The output items of a finished turn: the message (when it has text, or nothing
+    /// else comes), then a function call per client tool call.
+    fn output(&self, outcome: &TurnOutcome) -> Vec<Value> {
+        let mut output = Vec::new();
+        if has_message(outcome) {
+            output.push(self.message(&outcome.text, "completed"));
+        }
+        output.extend(
+            outcome
+                .pending
+                .iter()
+                .map(|c| function_call(c, "completed")),
+        );
+        output
+    }
+
+    fn object(&self, status: &str, output: Vec<Value>, extra: Option<&TurnOutcome>) -> Value {
+        let mut body = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": null,
+            "incomplete_details": null,
+            "model": self.model,
+            "output": output,
+            "store": self.store,
+            "metadata": self.metadata,
+            "usage": null,
+        });
+        if let (Some(obj), Some(echo)) = (body.as_object_mut(), self.request.as_object()) {
+            for (k, v) in echo {
+                obj.insert(k.clone(), v.clone());
+            }
+        }
+        if let Some(outcome) = extra {
+            if let Some(u) = outcome.usage {
+                body["usage"] = json!({
+                    "input_tokens": u.input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": u.output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": u.input_tokens + u.output_tokens,
+                });
+            }
+            body["toolsearch"] = json!({
+                "mode": self.summary.as_ref().map(|s| s.mode),
+                "stop": outcome.stop,
+                "rounds": outcome.rounds,
+                "calls": outcome.calls,
+                "summary": self.summary,
+            });
+        }
+        body
+    }
+
+    /// The completed response: built, stored (unless `store: false`), returned.
+    fn complete(&self, gw: &Gateway, outcome: &TurnOutcome) -> Value {
+        let body = self.object("completed", self.output(outcome), Some(outcome));
+        if self.store {
+            gw.store.put(
+                &self.id,
+                StoredResponse {
+                    messages: outcome.messages.clone(),
+                    body: body.clone(),
+                    session_key: Some(self.key.clone()),
+                },
+            );
+        }
+        body
+    }
+}
+
+fn has_message(outcome: &TurnOutcome) -> bool {
+    !outcome.text.is_empty() || outcome.pending.is_empty()
+}
+
+fn function_call(call: &ToolCall, status: &str) -> Value {
+    let mut item = crate::provider::payload::responses_function_call(call);
+    item["id"] = json!(format!("fc_{}", call.id));
+    item["status"] = json!(status);
+    item
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_items_become_messages() {
+        let (messages, system) = input_messages(&json!([
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "input_text", "text": "pick a file"}]},
+            {"type": "function_call", "call_id": "c1", "name": "pick", "arguments": "{\"n\": 1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+            {"type": "reasoning", "summary": []},
+        ]))
+        .unwrap();
+        assert_eq!(system, ["be brief"]);
+        assert_eq!(messages.len(), 3);
+        assert!(
+            matches!(&messages[1], Message::Assistant { tool_calls, .. } if tool_calls[0].arguments == json!({"n": 1}))
+        );
+        assert!(matches!(&messages[2], Message::Tool { content, .. } if content == "a.txt"));
+    }
+
+    #[test]
+    fn images_and_bad_arguments_are_refused_by_name() {
+        let e = input_messages(
+            &json!([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("input_image"), "{}", e.message);
+        let e = input_messages(
+            &json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("input[0]"), "{}", e.message);
+        assert!(input_messages(&json!(42)).is_err());
+    }
+}

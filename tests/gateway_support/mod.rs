@@ -1,0 +1,219 @@
+//! What the gateway's integration tests share: the binary started on a free port, a
+//! gateway on a given provider, hand-made providers (canned answers, one that never
+//! answers), the sandbox children alive now. Each test file includes it with `mod
+//! gateway_support;` and uses what it needs, hence the `dead_code` allowance.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use super::common::{BIN, Guard, start_listening};
+
+/// Starts `toolsearch ARGS` in `dir` and waits for `listening on URL`.
+pub fn start(args: &[&str], dir: &std::path::Path) -> (Guard, String) {
+    start_with(&[], args, dir)
+}
+
+/// The same with variables set in its environment.
+pub fn start_with(env: &[(&str, &str)], args: &[&str], dir: &std::path::Path) -> (Guard, String) {
+    start_listening(
+        Command::new(BIN)
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(dir)
+            .stdin(Stdio::null()),
+    )
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Live sandbox children (their command line holds the runtime, which names
+/// `tool_search_code`).
+pub fn sandbox_children() -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let status =
+                        std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+                    let zombie = status
+                        .lines()
+                        .any(|l| l.starts_with("State:") && l.contains('Z'));
+                    let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                    !zombie && {
+                        let cmd = String::from_utf8_lossy(&cmd);
+                        cmd.contains("tool_search_code") || cmd.contains("--snapshot-blob")
+                    }
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A gateway in tools mode on the provider at `provider_url` (retries 3 unless `extra`
+/// says, timeout 5 s),
+/// `extra` appended to its config (more `[provider]` keys, or other tables).
+pub fn gateway_with(provider_url: &str, dir: &std::path::Path, extra: &str) -> (Guard, String) {
+    gateway_in("tools", provider_url, dir, extra)
+}
+
+/// The same in `mode`.
+pub fn gateway_in(
+    mode: &str,
+    provider_url: &str,
+    dir: &std::path::Path,
+    extra: &str,
+) -> (Guard, String) {
+    gateway_env(mode, provider_url, dir, extra, &[])
+}
+
+/// The same with variables set in the gateway's environment.
+pub fn gateway_env(
+    mode: &str,
+    provider_url: &str,
+    dir: &std::path::Path,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (Guard, String) {
+    let config = dir.join("toolsearch.toml");
+    // `extra` may set its own retries; TOML takes a key once.
+    let retries = if extra.contains("max_retries") {
+        ""
+    } else {
+        "max_retries = 3\n"
+    };
+    std::fs::write(
+        &config,
+        format!("[provider]\nbase_url = \"{provider_url}\"\n{retries}timeout_ms = 5000\n{extra}"),
+    )
+    .unwrap();
+    start_with(
+        env,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--state-dir",
+            dir.join("state").to_str().unwrap(),
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        dir,
+    )
+}
+
+/// A provider that answers each request with the next canned reply, counting requests.
+pub fn canned_provider(
+    replies: Vec<(u16, &'static str)>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    canned_provider_with(replies.into_iter().map(|(s, b)| (s, "", b)).collect())
+}
+
+/// The same, each reply with extra header lines (`name: value\r\n`).
+pub fn canned_provider_with(
+    replies: Vec<(u16, &'static str, &'static str)>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for (status, headers, body) in replies {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read headers and the body (Content-Length).
+            loop {
+                let n = s.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("content-length: ")
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(reply.as_bytes());
+        }
+    });
+    (url, count)
+}
+
+/// `POST {gateway}/v1/responses` with the input `hello`: the status and the JSON answer.
+pub fn say_hello(gateway: &str) -> (u16, Value) {
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{gateway}/v1/responses"))
+            .json(&json!({"input": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    })
+}
+
+/// A provider that takes requests and never answers, counting them; its connections stay
+/// open until the test process ends.
+pub fn silent_provider() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    (url, count)
+}
+
+/// Waits (at most [`super::common::GENEROUS`]) until `done` holds; false if it never did.
+pub fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < super::common::GENEROUS {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done()
+}
+
+/// The events of a session's log under `state`.
+pub fn session_log(state: &std::path::Path, key: &str) -> Vec<Value> {
+    std::fs::read_to_string(state.join("sessions").join(format!("{key}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
