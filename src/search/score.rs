@@ -8,6 +8,9 @@
 //! few microseconds. The index, analysis and postings stay tantivy's; only the loop that
 //! adds up the scores is ours, and it is plain Okapi BM25 (k1 1.2, b 0.75, tantivy's
 //! constants) with exact document lengths.
+//!
+//! One rule sits on top of BM25: a name's score grows with how much of the name the query
+//! says ([`Scorer::top`]).
 
 use std::sync::Arc;
 
@@ -21,6 +24,7 @@ const K1: f32 = 1.2;
 const B: f32 = 0.75;
 /// The scored fields: the weighted combined text, and the name.
 const FIELDS: usize = 2;
+const NAME: usize = 1;
 
 struct Segment {
     inverted: [Arc<InvertedIndexReader>; FIELDS],
@@ -28,6 +32,9 @@ struct Segment {
     doc_ord: Vec<u32>,
     /// Term count of each field, by doc id.
     lengths: [Vec<f32>; FIELDS],
+    /// The summed idf of the words of each name, by doc id: what a query must say to say
+    /// the whole name.
+    name_mass: Vec<f32>,
 }
 
 pub(super) struct Scorer {
@@ -38,20 +45,24 @@ pub(super) struct Scorer {
 }
 
 impl Scorer {
-    /// `lengths[ord]` holds the term count of each field of the document at `ord`.
+    /// `lengths[ord]` holds the term count of each field of the document at `ord`,
+    /// `name_mass[ord]` its [`name_mass`].
     pub(super) fn new(
         searcher: Searcher,
         ord_field: Field,
         fields: [Field; FIELDS],
         lengths: &[[u32; FIELDS]],
+        name_mass: &[f32],
     ) -> Result<Self> {
         let ord_name = searcher.schema().get_field_name(ord_field).to_string();
+        let docs = lengths.len() as u32;
         let mut segments = Vec::new();
         for reader in searcher.segment_readers() {
             let ords = reader.fast_fields().u64(&ord_name)?;
             let max_doc = reader.max_doc();
             let mut doc_ord = Vec::with_capacity(max_doc as usize);
             let mut seg_lengths: [Vec<f32>; FIELDS] = Default::default();
+            let mut seg_name_mass = Vec::with_capacity(max_doc as usize);
             for doc in 0..max_doc {
                 let ord = ords
                     .first(doc)
@@ -63,6 +74,10 @@ impl Scorer {
                 for f in 0..FIELDS {
                     seg_lengths[f].push(len[f] as f32);
                 }
+                let mass = name_mass
+                    .get(ord as usize)
+                    .ok_or_else(|| Error::Index(format!("ord {ord} has no name mass")))?;
+                seg_name_mass.push(*mass);
             }
             segments.push(Segment {
                 inverted: [
@@ -71,23 +86,33 @@ impl Scorer {
                 ],
                 doc_ord,
                 lengths: seg_lengths,
+                name_mass: seg_name_mass,
             });
         }
-        let docs = lengths.len().max(1) as f32;
         let mut average_length = [0.0; FIELDS];
         for (f, avg) in average_length.iter_mut().enumerate() {
-            *avg = (lengths.iter().map(|l| l[f] as f32).sum::<f32>() / docs).max(1.0);
+            let total = lengths.iter().map(|l| l[f] as f32).sum::<f32>();
+            *avg = (total / docs.max(1) as f32).max(1.0);
         }
         Ok(Scorer {
             segments,
             fields,
             average_length,
-            docs: lengths.len() as u32,
+            docs,
         })
     }
 
     /// The best `n` documents for weighted `terms`, as (ord, score), best first; ties go
     /// to the lower ord so results are stable.
+    ///
+    /// The name's BM25 score is scaled by the square root of the share of the name the
+    /// query says (the idf of the name's words it holds, typed or as a synonym, over the
+    /// idf of all of them). A request that says all of `mysql_server_list` is about that
+    /// tool; one that shares only "latitude" and "longitude" with "airports - Nearest
+    /// airports for a given latitude and longitude" (a weather request giving its place)
+    /// says little about that one, and a word left unsaid counts by how rare it is
+    /// (sealtools R@5 +0.47, azure_mcp +0.21, toollens +0.95, metatool -0.09). This carries
+    /// the exact-name rule over to the partial matches below it.
     pub(super) fn top(
         &self,
         terms: &[(String, f32)],
@@ -95,8 +120,9 @@ impl Scorer {
         n: usize,
     ) -> Vec<(usize, f32)> {
         let field_boost = [1.0, name_boost];
-        // (segment, field, term weight, term info) and document frequencies per term/field.
-        let mut postings: Vec<(usize, usize, f32, TermInfo)> = Vec::new();
+        // (segment, field, term weight, term info, idf) and document frequencies per
+        // term/field.
+        let mut postings: Vec<(usize, usize, f32, TermInfo, f32)> = Vec::new();
         let mut idf = vec![[0.0f32; FIELDS]; terms.len()];
         for (t, (text, weight)) in terms.iter().enumerate() {
             for f in 0..FIELDS {
@@ -110,7 +136,7 @@ impl Scorer {
                     match segment.inverted[f].get_term_info(&term) {
                         Ok(Some(info)) => {
                             doc_freq += info.doc_freq;
-                            postings.push((s, f, *weight * field_boost[f], info));
+                            postings.push((s, f, *weight * field_boost[f], info, 0.0));
                         }
                         Ok(None) => {}
                         Err(e) => tracing::error!("reading the term dictionary failed: {e}"),
@@ -119,14 +145,23 @@ impl Scorer {
                 idf[t][f] = bm25_idf(doc_freq, self.docs);
                 for p in &mut postings[first..] {
                     p.2 *= idf[t][f];
+                    p.4 = idf[t][f];
                 }
             }
         }
         let mut results: Vec<(usize, f32)> = Vec::new();
         for (s, segment) in self.segments.iter().enumerate() {
             let mut scores = vec![0.0f32; segment.doc_ord.len()];
-            for (_, f, weight, info) in postings.iter().filter(|p| p.0 == s) {
-                let mut block = match segment.inverted[*f]
+            let mut name_scores = vec![0.0f32; segment.doc_ord.len()];
+            // The idf of the name's words the query says.
+            let mut name_said = vec![0.0f32; segment.doc_ord.len()];
+            for &(_, f, weight, ref info, idf) in postings.iter().filter(|p| p.0 == s) {
+                let scores = if f == NAME {
+                    &mut name_scores
+                } else {
+                    &mut scores
+                };
+                let mut block = match segment.inverted[f]
                     .read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)
                 {
                     Ok(block) => block,
@@ -135,8 +170,8 @@ impl Scorer {
                         continue;
                     }
                 };
-                let lengths = &segment.lengths[*f];
-                let norm = K1 / self.average_length[*f];
+                let lengths = &segment.lengths[f];
+                let norm = K1 / self.average_length[f];
                 loop {
                     let docs = block.docs();
                     if docs.is_empty() {
@@ -150,8 +185,19 @@ impl Scorer {
                         };
                         let tf = tf as f32;
                         *score += weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B) + norm * B * len);
+                        if f == NAME
+                            && let Some(said) = name_said.get_mut(doc as usize)
+                        {
+                            *said += idf;
+                        }
                     }
                     block.advance();
+                }
+            }
+            for (d, name_score) in name_scores.iter().enumerate() {
+                if *name_score > 0.0 {
+                    let share = (name_said[d] / segment.name_mass[d].max(f32::EPSILON)).min(1.0);
+                    scores[d] += name_score * share.sqrt();
                 }
             }
             results.extend(
@@ -170,6 +216,44 @@ impl Scorer {
         results.sort_unstable_by(better);
         results
     }
+}
+
+/// The summed idf, over the name field of `searcher`, of the distinct words of each name
+/// (`name_words[ord]`: analyzed, one per position, so a camelCase word's joined form is an
+/// alias, not one more word to say): what a query must say to say the whole name.
+pub(super) fn name_mass(
+    searcher: &Searcher,
+    name_field: Field,
+    name_words: &[Vec<String>],
+) -> Result<Vec<f32>> {
+    let docs = name_words.len() as u32;
+    let name_indexes = searcher
+        .segment_readers()
+        .iter()
+        .map(|r| r.inverted_index(name_field))
+        .collect::<tantivy::Result<Vec<_>>>()?;
+    let name_idf = |word: &String| -> Result<f32> {
+        let term = Term::from_field_text(name_field, word);
+        let mut doc_freq = 0;
+        for index in &name_indexes {
+            doc_freq += index
+                .doc_freq(&term)
+                .map_err(|e| Error::Index(format!("reading the name index: {e}")))?;
+        }
+        Ok(bm25_idf(doc_freq, docs))
+    };
+    let mut mass_by_ord = Vec::with_capacity(name_words.len());
+    for words in name_words {
+        let mut distinct: Vec<&String> = words.iter().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut mass = 0.0;
+        for w in distinct {
+            mass += name_idf(w)?;
+        }
+        mass_by_ord.push(mass);
+    }
+    Ok(mass_by_ord)
 }
 
 /// Okapi BM25's idf, as tantivy computes it: never negative.
