@@ -50,6 +50,12 @@
 //! spares = 8                               # children kept ready (gateway, mcp serve)
 //! max_spares = 16                          # a burst grows the pool up to this
 //!
+//! [server]                                 # the gateway's and mcp serve's HTTP server
+//! body_timeout_s = 30                      # to send a request's body
+//! write_timeout_s = 30                     # a response unread this long is dropped
+//! shutdown_grace_s = 10                    # requests in flight on SIGTERM, at most
+//! allowed_origins = []                     # browser origins let in (none)
+//!
 //! [[approvals]]                            # calls to these need an approval
 //! tools = ["openclaw:*:delete_*"]
 //! timeout_ms = 60000                       # no answer in time is a deny
@@ -267,6 +273,47 @@ impl Default for GatewayConfig {
             stored_ttl_s: default_stored_ttl_s(),
             sessions: default_sessions(),
             session_ttl_s: default_stored_ttl_s(),
+        }
+    }
+}
+
+/// `[server]`: how long a client of a listening front (the gateway, `mcp serve --listen`)
+/// may take over what it must do; past it, its connection is closed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Seconds to send a request's whole body, from the end of its head.
+    #[serde(default = "default_body_timeout_s")]
+    pub body_timeout_s: u64,
+    /// Seconds a response may wait for the client to read any of it.
+    #[serde(default = "default_write_timeout_s")]
+    pub write_timeout_s: u64,
+    /// Seconds requests in flight get to finish on shutdown; then they are dropped.
+    #[serde(default = "default_shutdown_grace_s")]
+    pub shutdown_grace_s: u64,
+    /// Browser origins (`scheme://host[:port]`) allowed to call the gateway; none by
+    /// default, so a web page cannot.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+}
+
+fn default_body_timeout_s() -> u64 {
+    30
+}
+fn default_write_timeout_s() -> u64 {
+    30
+}
+fn default_shutdown_grace_s() -> u64 {
+    10
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            body_timeout_s: default_body_timeout_s(),
+            write_timeout_s: default_write_timeout_s(),
+            shutdown_grace_s: default_shutdown_grace_s(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -504,6 +551,8 @@ struct RawConfig {
     #[serde(default)]
     gateway: GatewayConfig,
     #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
     mcp: RawMcpConfig,
     #[serde(default)]
     search: SearchConfig,
@@ -692,6 +741,7 @@ pub struct Config {
     pub surface: SurfaceConfig,
     pub provider: ProviderConfig,
     pub gateway: GatewayConfig,
+    pub server: ServerConfig,
     pub mcp: McpConfig,
     /// `[search]`, the model path resolved against the config file's folder.
     pub search: SearchConfig,
@@ -720,6 +770,7 @@ impl Default for Config {
             surface: SurfaceConfig::default(),
             provider: ProviderConfig::default(),
             gateway: GatewayConfig::default(),
+            server: ServerConfig::default(),
             mcp: McpConfig::default(),
             search: SearchConfig::default(),
         }
@@ -875,6 +926,7 @@ impl Config {
             surface: raw.surface,
             provider: raw.provider,
             gateway: raw.gateway,
+            server: raw.server,
             mcp,
             search,
         })

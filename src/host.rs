@@ -10,6 +10,7 @@
 //!
 //! Above it sit only the fronts: `main.rs`, [`crate::gateway`] and [`crate::mcp_serve`].
 
+pub mod guard;
 pub mod serve;
 
 use std::path::PathBuf;

@@ -10,6 +10,8 @@
 //! and connected clients are sent `notifications/tools/list_changed` if what they list
 //! changed.
 
+mod sessions;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -213,18 +215,43 @@ impl McpHost {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
         use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
         let stop = tokio_util::sync::CancellationToken::new();
         let host = Arc::clone(&self);
         let service = StreamableHttpService::new(
             move || Ok(Handler(Arc::clone(&host))),
-            Arc::new(LocalSessionManager::default()),
+            Arc::new(sessions::Bounded::new(sessions::MAX_SESSIONS)),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
-        let app = axum::Router::new().route_service("/mcp", service);
+        // rmcp checks the Host too; the shared guard adds Origin and Content-Type.
+        let guard = crate::host::guard::Guard::new(
+            listener
+                .local_addr()
+                .map_err(|e| Error::Serve(e.to_string()))?
+                .ip()
+                .is_loopback(),
+            &self.parts.config.server.allowed_origins,
+        );
+        let app =
+            axum::Router::new()
+                .route_service("/mcp", service)
+                .layer(axum::middleware::from_fn(
+                    move |request: axum::extract::Request, next: axum::middleware::Next| {
+                        let checked = guard.check(request.method(), request.headers());
+                        async move {
+                            match checked {
+                                Ok(()) => next.run(request).await,
+                                Err(refused) => axum::response::IntoResponse::into_response((
+                                    refused.status,
+                                    refused.message,
+                                )),
+                            }
+                        }
+                    },
+                ));
         let stopping = stop.clone();
-        crate::host::serve::serve(listener, app, async move {
+        let limits = crate::host::serve::Limits::of(&self.parts.config.server);
+        crate::host::serve::serve(listener, app, limits, async move {
             shutdown.await;
             stopping.cancel();
         })

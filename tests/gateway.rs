@@ -150,6 +150,7 @@ fn bad_input_is_a_4xx_with_a_json_error() {
         let big = format!("{{\"input\": \"{}\"}}", "x".repeat(5 * 1024 * 1024));
         let r = http
             .post(format!("{url}/v1/responses"))
+            .header("content-type", "application/json")
             .body(big)
             .send()
             .await

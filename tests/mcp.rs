@@ -688,3 +688,66 @@ fn mcp_serve_listens_on_loopback_only() {
     assert_eq!(code, 2, "{all}");
     assert!(all.contains("only a loopback address"), "{all}");
 }
+
+/// A JSON-RPC POST to `mcp serve`'s `/mcp`, in `session` when given: the status and the
+/// session id the answer names.
+async fn mcp_post(
+    client: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>) {
+    let mut r = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s);
+    }
+    let r = r.send().await.unwrap();
+    let id = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (r.status().as_u16(), id)
+}
+
+#[test]
+fn mcp_serve_keeps_a_bounded_number_of_sessions_the_least_recent_going_first() {
+    let (_dir, config) = config_with("");
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "flood", "version": "1"}}});
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = reqwest::Client::new();
+            let mut ids = Vec::new();
+            // Well over the bound (256), as one client can in a second.
+            for _ in 0..300 {
+                let (status, id) = mcp_post(&client, &url, None, initialize.clone()).await;
+                assert_eq!(status, 200);
+                ids.push(id.expect("a session id"));
+            }
+            let (first, last) = (&ids[0], &ids[ids.len() - 1]);
+            let (status, _) = mcp_post(&client, &url, Some(first), ping.clone()).await;
+            assert_eq!(status, 404, "the oldest of 300 sessions is still open");
+            let (status, _) = mcp_post(&client, &url, Some(last), ping.clone()).await;
+            assert_ne!(status, 404, "the newest session was closed");
+            // A web page is refused before any session is made.
+            let r = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("origin", "http://evil.example")
+                .json(&initialize)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 403);
+        });
+}

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 
 use super::errors::ApiError;
 use super::forward;
+use super::json::Budget;
 use super::responses::{arguments_of, content_text};
 use super::server::Gateway;
 use super::sse::{self, Encoder, event};
@@ -143,9 +144,11 @@ async fn create_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
-    let request: CreateRequest = forward::parse_body(&body)?;
+    let admitted = gw.admit()?;
+    let mut budget = Budget::default();
+    let request: CreateRequest = budget.body(&body)?;
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
-    let (input, system) = chat_messages(&request.messages)?;
+    let (input, system) = chat_messages(&request.messages, &mut budget)?;
     let legacy = request.tools.is_none() && request.functions.is_some();
     let mut tools = request.tools.clone().unwrap_or_default();
     tools.extend(
@@ -184,6 +187,8 @@ async fn create_inner(
         client_tools: tools,
         options,
         remember: false,
+        budget,
+        admitted,
     };
     if request.stream != Some(true) {
         let Running { turn, cancel, .. } = gw.start(turn, None).await?;
@@ -243,7 +248,10 @@ fn options_of(
 
 /// `messages` as the conversation, and the texts of its `system` and `developer`
 /// messages.
-fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError> {
+fn chat_messages(
+    list: &[Value],
+    budget: &mut Budget,
+) -> Result<(Vec<Message>, Vec<String>), ApiError> {
     let mut messages = Vec::with_capacity(list.len());
     let mut system = Vec::new();
     // Legacy `function` results name their function, not a call: the latest call of that
@@ -281,7 +289,7 @@ fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError
                     calls.push(ToolCall {
                         id: id.to_string(),
                         name: name.to_string(),
-                        arguments: arguments_of(text("/function/arguments").unwrap_or(""))
+                        arguments: arguments_of(text("/function/arguments").unwrap_or(""), budget)
                             .map_err(|e| bad(format!("tool_calls[{j}].function.arguments: {e}")))?,
                     });
                 }
@@ -293,6 +301,7 @@ fn chat_messages(list: &[Value]) -> Result<(Vec<Message>, Vec<String>), ApiError
                         name: name.to_string(),
                         arguments: arguments_of(
                             f.get("arguments").and_then(Value::as_str).unwrap_or(""),
+                            budget,
                         )
                         .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
                     });
@@ -475,7 +484,7 @@ mod tests {
             json!({"role": "user", "content": [{"type": "text", "text": "pick"}]}),
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "pick", "arguments": "{}"}}]}),
             json!({"role": "tool", "tool_call_id": "c1", "content": "a.txt"}),
-        ])
+        ], &mut Budget::default())
         .unwrap();
         assert_eq!(system, ["be brief"]);
         assert_eq!(messages.len(), 3);
@@ -488,12 +497,16 @@ mod tests {
             json!({"role": "user", "content": "pick"}),
             json!({"role": "assistant", "content": null, "function_call": {"name": "pick", "arguments": "{}"}}),
             json!({"role": "function", "name": "pick", "content": "a.txt"}),
-        ])
+        ], &mut Budget::default())
         .unwrap();
         assert!(
             matches!(&messages[2], Message::Tool { call_id, .. } if call_id == "legacy_call_1")
         );
-        let e = chat_messages(&[json!({"role": "robot", "content": "x"})]).unwrap_err();
+        let e = chat_messages(
+            &[json!({"role": "robot", "content": "x"})],
+            &mut Budget::default(),
+        )
+        .unwrap_err();
         assert!(e.message.contains("robot"), "{}", e.message);
     }
 }

@@ -30,6 +30,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 
+use super::json::Budget;
 use super::redact::{Redactor, shown_url};
 use crate::agent::{
     Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
@@ -232,7 +233,8 @@ impl HttpModel {
         let text = self
             .redactor
             .text(&read_bounded(response, 64 * 1024).await.unwrap_or_default());
-        let error = serde_json::from_str::<Value>(&text)
+        let error = Budget::default()
+            .parse::<Value>(&text)
             .ok()
             .and_then(|v| v.get("error").cloned());
         let field = |key: &str| {
@@ -274,7 +276,7 @@ impl HttpModel {
 
     /// A whole (non-streamed) answer: its tool calls, text and usage.
     fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
-        let v: Value = bounded::parse(text).map_err(|e| self.garbage(e))?;
+        let v: Value = Budget::default().parse(text).map_err(|e| self.garbage(e))?;
         let calls = tool_calls(self.provider, &v).map_err(|e| self.garbage(e))?;
         Ok(Answer {
             calls,
@@ -389,7 +391,9 @@ impl HttpModel {
         let text = read_bounded(response, MAX_ANSWER_BYTES)
             .await
             .map_err(|e| ModelError::from(format!("{shown}: {e}")))?;
-        let v: Value = bounded::parse(&text).map_err(|e| self.garbage(e))?;
+        let v: Value = Budget::default()
+            .parse(&text)
+            .map_err(|e| self.garbage(e))?;
         let owner = match self.provider {
             Provider::Anthropic => "anthropic",
             _ => "upstream",

@@ -6,34 +6,13 @@
 //! choice of a hosted tool this gateway does not have) is left out rather than refused,
 //! as the README's gateway section lists.
 
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::errors::ApiError;
-use crate::provider::{OutputFormat, Reasoning, ToolChoice, bounded};
+use crate::provider::{OutputFormat, Reasoning, ToolChoice};
 
 /// The metadata key that names the gateway session; never forwarded.
 pub const SESSION_KEY: &str = "session_key";
-
-/// `body` as `T`: malformed JSON, a wrong type or an unknown field is a 400 naming where;
-/// a body of more values than [`bounded::MAX_JSON_VALUES`] is a 400 before it is parsed
-/// (parsed, each value costs tens of bytes: a 4 MiB body of `[]`s would take 100 MB).
-pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    bounded::check(body, bounded::MAX_JSON_VALUES)
-        .map_err(|e| ApiError::bad_request(format!("the body is too intricate: {e}")))?;
-    let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            ApiError::bad_request(format!("the body is not valid JSON: {inner}"))
-        } else if path.is_empty() || path == "." {
-            ApiError::bad_request(format!("bad request body: {inner}"))
-        } else {
-            ApiError::bad_request(format!("`{path}`: {inner}")).param(&path)
-        }
-    })
-}
 
 /// `metadata` without the gateway's session key, and that key. OpenAI takes string values
 /// only, and so does the gateway.
@@ -337,21 +316,5 @@ mod tests {
         assert_eq!(key.as_deref(), Some("s1"));
         assert_eq!(Value::Object(rest), json!({"team": "a"}));
         assert!(metadata(json!({"n": 1}).as_object().cloned()).is_err());
-    }
-
-    #[test]
-    fn a_bad_body_names_the_field() {
-        #[derive(serde::Deserialize, Debug)]
-        #[allow(dead_code)]
-        struct B {
-            temperature: Option<f64>,
-        }
-        let e = parse_body::<B>(br#"{"temperature": "hot"}"#).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("temperature"));
-        let e = parse_body::<B>(b"{not json").unwrap_err();
-        assert!(e.message.contains("not valid JSON"), "{}", e.message);
-        let many = format!("[{}]", vec!["[]"; bounded::MAX_JSON_VALUES].join(","));
-        let e = parse_body::<Value>(many.as_bytes()).unwrap_err();
-        assert!(e.message.contains("JSON values"), "{}", e.message);
     }
 }

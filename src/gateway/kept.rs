@@ -13,6 +13,9 @@ use lru::LruCache;
 /// A map within bounds; see the module documentation.
 pub struct Kept<K: Hash + Eq, V> {
     map: LruCache<K, Held<V>>,
+    /// Entries in use now (a session with a turn in flight): never dropped, whatever
+    /// the bounds say; the bounds hold again once they are free.
+    pinned: fn(&V) -> bool,
     bytes: usize,
     max_entries: usize,
     max_bytes: usize,
@@ -25,15 +28,22 @@ struct Held<V> {
     at: Instant,
 }
 
-impl<K: Hash + Eq, V> Kept<K, V> {
+impl<K: Hash + Eq + Clone, V> Kept<K, V> {
     pub fn new(max_entries: usize, max_bytes: usize, max_age: Duration) -> Self {
         Kept {
             map: LruCache::unbounded(),
+            pinned: |_| false,
             bytes: 0,
             max_entries,
             max_bytes,
             max_age,
         }
+    }
+
+    /// Entries for which `pinned` holds are kept over the bounds.
+    pub fn pinned(mut self, pinned: fn(&V) -> bool) -> Self {
+        self.pinned = pinned;
+        self
     }
 
     /// Keeps `value`, which costs `bytes`, replacing what `key` held; then the oldest go
@@ -124,7 +134,7 @@ impl<K: Hash + Eq, V> Kept<K, V> {
         if self
             .map
             .peek(key)
-            .is_some_and(|h| h.at.elapsed() > self.max_age)
+            .is_some_and(|h| h.at.elapsed() > self.max_age && !(self.pinned)(&h.value))
         {
             self.remove(key);
         }
@@ -132,13 +142,20 @@ impl<K: Hash + Eq, V> Kept<K, V> {
 
     /// The least recently used go while there are too many, they cost too much, or the
     /// least recent has expired.
+    /// Drops the least recently used entries that are not pinned while a bound is over,
+    /// then any expired one.
     fn evict(&mut self) {
-        while let Some((_, oldest)) = self.map.peek_lru() {
+        loop {
             let over = self.map.len() > self.max_entries || self.bytes > self.max_bytes;
-            if !over && oldest.at.elapsed() <= self.max_age {
-                break;
-            }
-            if let Some((_, held)) = self.map.pop_lru() {
+            let victim = self
+                .map
+                .iter()
+                .rev()
+                .filter(|(_, h)| !(self.pinned)(&h.value))
+                .find(|(_, h)| over || h.at.elapsed() > self.max_age)
+                .map(|(k, _)| k.clone());
+            let Some(key) = victim else { break };
+            if let Some(held) = self.map.pop(&key) {
                 self.bytes -= held.bytes;
             }
         }
@@ -189,5 +206,19 @@ mod tests {
         assert!(k.peek("a").is_none());
         assert!(k.touch("a").is_none());
         assert_eq!(k.bytes(), 0);
+    }
+
+    #[test]
+    fn a_pinned_entry_outlasts_the_bounds_until_it_is_free() {
+        let mut k: Kept<&str, std::sync::Arc<()>> = Kept::new(1, 100, Duration::from_secs(60))
+            .pinned(|v| std::sync::Arc::strong_count(v) > 1);
+        let busy = std::sync::Arc::new(());
+        k.insert("busy", std::sync::Arc::clone(&busy), 1);
+        k.insert("other", std::sync::Arc::new(()), 1);
+        assert!(k.peek("busy").is_some(), "a pinned entry was evicted");
+        assert!(k.peek("other").is_none(), "the free one goes instead");
+        drop(busy);
+        k.insert("third", std::sync::Arc::new(()), 1);
+        assert!(k.peek("busy").is_none(), "once free, the bounds hold again");
     }
 }

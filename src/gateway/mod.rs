@@ -8,6 +8,7 @@ mod chat;
 pub mod client;
 pub mod errors;
 mod forward;
+pub(crate) mod json;
 mod kept;
 pub mod mock;
 pub mod redact;

@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 
 use super::errors::ApiError;
 use super::forward;
+use super::json::Budget;
 use super::server::Gateway;
 use super::sse;
 use super::store::{StoredResponse, random_id};
@@ -147,7 +148,9 @@ async fn create_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
-    let request: CreateRequest = forward::parse_body(&body)?;
+    let admitted = gw.admit()?;
+    let mut budget = Budget::default();
+    let request: CreateRequest = budget.body(&body)?;
     if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(ApiError::bad_request(
             "conversation: this gateway keeps no server-side conversations; continue one with previous_response_id or metadata.session_key",
@@ -157,7 +160,12 @@ async fn create_inner(
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let prior = match &request.previous_response_id {
         Some(id) => match gw.store.get(id) {
-            Some(stored) => Prior::Messages(stored.messages()),
+            Some(stored) => Prior::Messages(stored.messages(&mut budget).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the stored conversation is too intricate to continue: {e}"
+                ))
+                .param("previous_response_id")
+            })?),
             None => {
                 return Err(ApiError::not_found(format!(
                     "Previous response with id '{id}' not found (never stored, or expired)."
@@ -172,7 +180,7 @@ async fn create_inner(
     let Some(input) = request.input.as_ref().filter(|i| !i.is_null()) else {
         return Err(ApiError::bad_request("input: required").param("input"));
     };
-    let (input, system_parts) = input_messages(input)?;
+    let (input, system_parts) = input_messages(input, &mut budget)?;
     let mut system = request.instructions.clone().unwrap_or_default();
     for part in system_parts {
         if !system.is_empty() {
@@ -205,6 +213,8 @@ async fn create_inner(
         client_tools: request.tools.clone().unwrap_or_default(),
         options,
         remember: true,
+        budget,
+        admitted,
     };
     if !stream {
         let running = gw.start(turn, None).await?;
@@ -258,7 +268,16 @@ pub(super) async fn retrieve(
                 .into_response();
         }
     };
-    let body: Value = serde_json::from_str(stored.body()).unwrap_or_default();
+    let body: Value = match Budget::default().parse(stored.body()) {
+        Ok(body) => body,
+        Err(e) => {
+            return ApiError::bad_request(format!(
+                "this response is too intricate to replay as a stream ({e}); GET it without stream=true"
+            ))
+            .param("stream")
+            .into_response();
+        }
+    };
     sse::replay(events::replay(&body, after))
 }
 
@@ -331,7 +350,10 @@ fn echo(r: &CreateRequest) -> Value {
 }
 
 /// `input` as messages, and the texts of its `system` and `developer` messages.
-fn input_messages(input: &Value) -> Result<(Vec<Message>, Vec<String>), ApiError> {
+fn input_messages(
+    input: &Value,
+    budget: &mut Budget,
+) -> Result<(Vec<Message>, Vec<String>), ApiError> {
     let items = match input {
         Value::String(text) => {
             return Ok((
@@ -379,7 +401,7 @@ fn input_messages(input: &Value) -> Result<(Vec<Message>, Vec<String>), ApiError
                 let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
                     return Err(bad("a function_call needs `call_id` and `name`".into()));
                 };
-                let arguments = arguments_of(text("arguments").unwrap_or(""))
+                let arguments = arguments_of(text("arguments").unwrap_or(""), budget)
                     .map_err(|e| bad(format!("arguments: {e}")))?;
                 let call = ToolCall {
                     id: call_id.to_string(),
@@ -419,15 +441,16 @@ fn input_messages(input: &Value) -> Result<(Vec<Message>, Vec<String>), ApiError
     Ok((messages, system))
 }
 
-/// `{"a": 1}` from a call's argument text; the empty text is `{}`.
-pub(super) fn arguments_of(text: &str) -> Result<Value, String> {
+/// `{"a": 1}` from a call's argument text, within the request's `budget`; the empty text
+/// is `{}`.
+pub(super) fn arguments_of(text: &str, budget: &mut Budget) -> Result<Value, String> {
     if text.trim().is_empty() {
         return Ok(json!({}));
     }
-    match serde_json::from_str::<Value>(text) {
+    match budget.parse::<Value>(text) {
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(_) => Err("must be a JSON object".into()),
-        Err(e) => Err(format!("not valid JSON: {e}")),
+        Err(e) => Err(format!("not read: {e}")),
     }
 }
 
@@ -587,7 +610,7 @@ mod tests {
             {"type": "function_call", "call_id": "c1", "name": "pick", "arguments": "{\"n\": 1}"},
             {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
             {"type": "reasoning", "summary": []},
-        ]))
+        ]), &mut Budget::default())
         .unwrap();
         assert_eq!(system, ["be brief"]);
         assert_eq!(messages.len(), 3);
@@ -601,14 +624,24 @@ mod tests {
     fn images_and_bad_arguments_are_refused_by_name() {
         let e = input_messages(
             &json!([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+            &mut Budget::default(),
         )
         .unwrap_err();
         assert!(e.message.contains("input_image"), "{}", e.message);
         let e = input_messages(
             &json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]),
+            &mut Budget::default(),
         )
         .unwrap_err();
         assert!(e.message.contains("input[0]"), "{}", e.message);
-        assert!(input_messages(&json!(42)).is_err());
+        assert!(input_messages(&json!(42), &mut Budget::default()).is_err());
+        // Argument texts count against the request's one budget.
+        let many = format!("{{\"a\": [{}]}}", vec!["[]"; 50].join(","));
+        let e = input_messages(
+            &json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": many}]),
+            &mut Budget::new(20),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("JSON values"), "{}", e.message);
     }
 }

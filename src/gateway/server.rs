@@ -35,6 +35,7 @@ use crate::catalog::Catalog;
 use crate::config::Mode;
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::host::guard::Guard;
 use crate::provider::Provider;
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
@@ -53,6 +54,11 @@ pub const STORE_MAX_BYTES: usize = 256 * 1024 * 1024;
 /// slots instead of starting hundreds of processes.
 pub const MAX_CALLS_AT_ONCE: usize = 64;
 
+/// Requests the gateway works on at once, from parsing the body to the turn's end: each
+/// may hold a parsed body and conversation of up to 200,000 JSON values (~20 MB), so
+/// together they stay under a few gigabytes; one more is a 429 the SDKs retry.
+pub const MAX_TURNS_AT_ONCE: usize = 128;
+
 /// What the gateway runs with.
 pub struct Gateway {
     /// The config, the catalog as it follows the upstream servers, what catalogs are built
@@ -69,6 +75,8 @@ pub struct Gateway {
     pub(super) sessions: Sessions,
     /// [`MAX_CALLS_AT_ONCE`] slots, taken by every tool call of every turn.
     pub(super) call_slots: Arc<tokio::sync::Semaphore>,
+    /// [`MAX_TURNS_AT_ONCE`] places, taken by [`Gateway::admit`].
+    turns: Arc<tokio::sync::Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -99,6 +107,7 @@ impl Gateway {
             store,
             sessions,
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
+            turns: Arc::new(tokio::sync::Semaphore::new(MAX_TURNS_AT_ONCE)),
             shutdown: CancellationToken::new(),
         })
     }
@@ -162,18 +171,39 @@ impl Gateway {
             .spares
             .set(self.sandbox.as_ref().and_then(|s| self.host.spares(s)));
         let stop = self.shutdown.clone();
-        let served =
-            crate::host::serve::serve(
-                listener,
-                self.router(),
-                async move { stop.cancelled().await },
-            )
-            .await;
+        let guard = Guard::new(
+            listener.local_addr()?.ip().is_loopback(),
+            &self.host.config.server.allowed_origins,
+        );
+        let app = self
+            .router()
+            .layer(axum::middleware::from_fn(move |request, next| {
+                guarded(guard.clone(), request, next)
+            }));
+        let served = crate::host::serve::serve(
+            listener,
+            app,
+            crate::host::serve::Limits::of(&self.host.config.server),
+            async move { stop.cancelled().await },
+        )
+        .await;
         // No spare child outlives the server.
         if let Some(Some(pool)) = self.spares.get() {
             pool.stop();
         }
         served
+    }
+
+    /// A place for one more request among the turns in flight, or a 429 when all
+    /// [`MAX_TURNS_AT_ONCE`] are taken.
+    pub(super) fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        Arc::clone(&self.turns).try_acquire_owned().map_err(|_| {
+            ApiError::rejected(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                format!("{MAX_TURNS_AT_ONCE} requests are in flight, the most this gateway runs at once; retry shortly"),
+            )
+            .code("too_many_requests")
+        })
     }
 
     pub fn shutdown(&self) {
@@ -207,6 +237,18 @@ impl Gateway {
             }
             stop.cancel();
         });
+    }
+}
+
+/// `request` on to its route, unless [`Guard`] refuses it: then OpenAI's error shape.
+async fn guarded(
+    guard: Guard,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match guard.check(request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => ApiError::rejected(refused.status, refused.message).into_response(),
     }
 }
 

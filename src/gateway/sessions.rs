@@ -10,9 +10,14 @@
 //! takes its history with it, and its log file is closed (each session's file is open
 //! only while one of its turns runs: [`crate::telemetry::SessionLog::release`]).
 //!
+//! A session some request holds — waiting for its turn or running it — is never evicted,
+//! so its turns stay one at a time; its turn writes the history into that same session.
+//!
 //! A request without a key gets a session of its own, not kept: `gw-<run>-<n>`, where
-//! `<run>` is random per gateway start, so no two requests ever share a log, across
-//! restarts either.
+//! `<run>` is random per gateway start; all such requests of one start log to one file,
+//! `gw-<run>.jsonl`, each line naming its request's key. A log file is created by its
+//! first event, which a refused request never writes; the state directory keeps at most
+//! [`MAX_SESSION_FILES`] logs of [`MAX_SESSION_LOG_BYTES`] together.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +26,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Mutex as AsyncMutex;
 
+use super::json::Budget;
 use super::kept::Kept;
 use crate::agent::Message;
 use crate::dispatch::Dispatcher;
@@ -28,25 +34,42 @@ use crate::dispatch::Dispatcher;
 /// The memory all named sessions' histories may take together.
 pub const HISTORY_MAX_BYTES: usize = 256 * 1024 * 1024;
 
+/// Session log files the state directory keeps, and their bytes together: the oldest
+/// go first ([`crate::telemetry::prune_sessions`]), checked when the gateway opens its
+/// first session and every [`PRUNE_EVERY`]th after.
+pub const MAX_SESSION_FILES: usize = 10_000;
+pub const MAX_SESSION_LOG_BYTES: u64 = 1 << 30;
+const PRUNE_EVERY: u64 = 64;
+
 /// What a session costs besides its history (its dispatcher, log and lock), counted
 /// against [`HISTORY_MAX_BYTES`] too.
 const SESSION_BYTES: usize = 4096;
 
 /// One session.
+#[derive(Default)]
 pub struct Session {
-    pub dispatcher: Arc<Dispatcher>,
+    /// Made by its first valid request ([`Session::dispatcher`]).
+    dispatcher: std::sync::OnceLock<Arc<Dispatcher>>,
     /// Held from reading the history to writing it: one turn at a time.
     pub turn: Arc<AsyncMutex<()>>,
     turns: AtomicU64,
 }
 
 impl Session {
-    pub fn new(dispatcher: Dispatcher) -> Self {
-        Session {
-            dispatcher: Arc::new(dispatcher),
-            turn: Arc::new(AsyncMutex::new(())),
-            turns: AtomicU64::new(0),
+    pub fn new() -> Self {
+        Session::default()
+    }
+
+    /// The session's dispatcher, made by `make` the first time.
+    pub fn dispatcher<E>(
+        &self,
+        make: impl FnOnce() -> Result<Dispatcher, E>,
+    ) -> Result<Arc<Dispatcher>, E> {
+        if let Some(d) = self.dispatcher.get() {
+            return Ok(Arc::clone(d));
         }
+        let made = Arc::new(make()?);
+        Ok(Arc::clone(self.dispatcher.get_or_init(|| made)))
     }
 
     /// How many turns the session ran before this one (counting this one as run).
@@ -67,16 +90,37 @@ pub struct Sessions {
     /// Random per start: the `<run>` of generated keys.
     run: String,
     generated: AtomicU64,
+    /// Sessions opened, for [`Sessions::time_to_prune`].
+    opened: AtomicU64,
 }
 
 impl Sessions {
     pub fn new(max_sessions: usize, max_idle: Duration) -> Self {
         let run = super::store::random_id("");
         Sessions {
-            kept: Mutex::new(Kept::new(max_sessions, HISTORY_MAX_BYTES, max_idle)),
+            // A session some request holds (waiting for its turn, or running it) stays:
+            // evicted, its next request would get a fresh session and run beside it.
+            kept: Mutex::new(
+                Kept::new(max_sessions, HISTORY_MAX_BYTES, max_idle)
+                    .pinned(|slot: &Slot| Arc::strong_count(&slot.session) > 1),
+            ),
             run: run[..8].to_string(),
             generated: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
         }
+    }
+
+    /// The log file of every request without a key: `gw-<run>`, one per start.
+    pub fn keyless_file(&self) -> String {
+        format!("{}{}", super::server::GENERATED_KEY_PREFIX, self.run)
+    }
+
+    /// Whether this opening of a session should prune the state directory's logs: the
+    /// first, then every [`PRUNE_EVERY`]th.
+    pub fn time_to_prune(&self) -> bool {
+        self.opened
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PRUNE_EVERY)
     }
 
     /// A key for a request that names none: `gw-<run>-<n>`.
@@ -85,22 +129,13 @@ impl Sessions {
         format!("{}{}-{n}", super::server::GENERATED_KEY_PREFIX, self.run)
     }
 
-    /// The session `key` names, made by `open` when there is none (or it was evicted).
-    pub fn get_or_open<E>(
-        &self,
-        key: &str,
-        open: impl FnOnce() -> Result<Session, E>,
-    ) -> Result<Arc<Session>, E> {
-        if let Some(slot) = self.kept.lock().touch(key) {
-            return Ok(Arc::clone(&slot.session));
-        }
-        // Opened outside the lock (it creates a file); a racing request may have kept
-        // one meanwhile, and then that one is the session.
-        let session = Arc::new(open()?);
+    /// The session `key` names, new when there is none (or it was evicted).
+    pub fn get_or_open(&self, key: &str) -> Arc<Session> {
         let mut kept = self.kept.lock();
         if let Some(slot) = kept.touch(key) {
-            return Ok(Arc::clone(&slot.session));
+            return Arc::clone(&slot.session);
         }
+        let session = Arc::new(Session::new());
         kept.insert(
             key.to_string(),
             Slot {
@@ -109,24 +144,28 @@ impl Sessions {
             },
             key.len() + SESSION_BYTES,
         );
-        Ok(session)
+        session
     }
 
-    /// The session's conversation so far (none once it was evicted).
-    pub fn history(&self, key: &str) -> Vec<Message> {
+    /// The session's conversation so far (none once it was evicted), read within the
+    /// request's `budget`.
+    pub fn history(&self, key: &str, budget: &mut Budget) -> Result<Vec<Message>, String> {
         let text = match self.kept.lock().touch(key) {
             Some(slot) if !slot.history.is_empty() => slot.history.clone(),
-            _ => return Vec::new(),
+            _ => return Ok(Vec::new()),
         };
-        serde_json::from_str(&text).unwrap_or_default()
+        budget.parse(&text)
     }
 
-    /// Keeps `messages` as the session's conversation, if the session is still kept.
-    pub fn remember(&self, key: &str, messages: &[Message]) {
+    /// Keeps `messages` as the conversation of `session`, if it is still the session
+    /// `key` names (never into another opened under the same key meanwhile).
+    pub fn remember(&self, key: &str, session: &Arc<Session>, messages: &[Message]) {
         let text = serde_json::to_string(messages).unwrap_or_default();
         let bytes = key.len() + SESSION_BYTES + text.len();
         let mut kept = self.kept.lock();
-        if let Some(slot) = kept.touch(key) {
+        if let Some(slot) = kept.touch(key)
+            && Arc::ptr_eq(&slot.session, session)
+        {
             slot.history = text;
             kept.resize(key, bytes);
         }
@@ -143,29 +182,6 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::DispatcherBuilder;
-    use crate::telemetry::SessionLog;
-
-    fn open(dir: &std::path::Path, key: &str) -> Result<Session, String> {
-        let log = SessionLog::open(dir, key).map_err(|e| e.to_string())?;
-        let config = crate::Config::default();
-        let catalog = crate::Catalog::build(
-            Vec::new(),
-            &crate::catalog::Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        let catalog = Arc::new(catalog);
-        Ok(Session::new(
-            DispatcherBuilder::new(catalog)
-                .session_log(Arc::new(log))
-                .build(),
-        ))
-    }
-
     fn said(text: &str) -> Vec<Message> {
         vec![Message::User {
             content: text.into(),
@@ -174,38 +190,82 @@ mod tests {
 
     #[test]
     fn sessions_are_bounded_by_count_and_the_least_recent_goes_with_its_history() {
-        let dir = tempfile::tempdir().unwrap();
         let sessions = Sessions::new(2, Duration::from_secs(60));
-        let a = sessions.get_or_open("a", || open(dir.path(), "a")).unwrap();
-        sessions.remember("a", &said("from a"));
-        sessions.get_or_open("b", || open(dir.path(), "b")).unwrap();
+        let a = sessions.get_or_open("a");
+        sessions.remember("a", &a, &said("from a"));
+        drop(sessions.get_or_open("b"));
         // `a` used again: `b` is now the least recent.
-        let again = sessions.get_or_open("a", || open(dir.path(), "a")).unwrap();
+        let again = sessions.get_or_open("a");
         assert!(Arc::ptr_eq(&a, &again), "one session, one dispatcher");
-        sessions.get_or_open("c", || open(dir.path(), "c")).unwrap();
+        drop((a, again));
+        drop(sessions.get_or_open("c"));
         assert_eq!(sessions.size().0, 2);
-        assert_eq!(sessions.history("a"), said("from a"));
-        let b = sessions.get_or_open("b", || open(dir.path(), "b")).unwrap();
+        assert_eq!(
+            sessions.history("a", &mut Budget::default()).unwrap(),
+            said("from a")
+        );
+        let b = sessions.get_or_open("b");
         assert_eq!(b.next_turn(), 0, "b was forgotten and opened anew");
-        assert!(sessions.history("b").is_empty());
+        assert!(
+            sessions
+                .history("b", &mut Budget::default())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
     fn an_idle_session_expires_and_histories_count_their_bytes() {
-        let dir = tempfile::tempdir().unwrap();
         let sessions = Sessions::new(10, Duration::ZERO);
-        sessions.get_or_open("a", || open(dir.path(), "a")).unwrap();
-        sessions.remember("a", &said("x"));
+        let a = sessions.get_or_open("a");
+        sessions.remember("a", &a, &said("x"));
+        drop(a);
         std::thread::sleep(Duration::from_millis(2));
-        assert!(sessions.history("a").is_empty());
+        assert!(
+            sessions
+                .history("a", &mut Budget::default())
+                .unwrap()
+                .is_empty()
+        );
         let sessions = Sessions::new(10, Duration::from_secs(60));
-        sessions.get_or_open("a", || open(dir.path(), "a")).unwrap();
-        sessions.remember("a", &said(&"y".repeat(1000)));
+        let a = sessions.get_or_open("a");
+        sessions.remember("a", &a, &said(&"y".repeat(1000)));
         let (n, bytes) = sessions.size();
         assert_eq!(n, 1);
         assert!(
             bytes > 1000 && bytes < 1000 + SESSION_BYTES + 100,
             "{bytes}"
+        );
+    }
+
+    #[test]
+    fn a_session_in_use_is_never_evicted_and_takes_only_its_own_history() {
+        let sessions = Sessions::new(1, Duration::ZERO);
+        let victim = sessions.get_or_open("victim");
+        // Over the count and past its idle time while held: it stays.
+        drop(sessions.get_or_open("other"));
+        std::thread::sleep(Duration::from_millis(2));
+        let again = sessions.get_or_open("victim");
+        assert!(
+            Arc::ptr_eq(&victim, &again),
+            "a session in use was replaced"
+        );
+        // A stale session object writes nothing into the one now kept.
+        let stale = Arc::new(Session::new());
+        sessions.remember("victim", &stale, &said("stale"));
+        let sessions2 = Sessions::new(1, Duration::from_secs(60));
+        let kept = sessions2.get_or_open("k");
+        sessions2.remember("k", &stale, &said("stale"));
+        assert!(
+            sessions2
+                .history("k", &mut Budget::default())
+                .unwrap()
+                .is_empty()
+        );
+        sessions2.remember("k", &kept, &said("mine"));
+        assert_eq!(
+            sessions2.history("k", &mut Budget::default()).unwrap(),
+            said("mine")
         );
     }
 

@@ -118,7 +118,10 @@ struct Streaming<E> {
 
 /// Events known in full (a stored response replayed), as one streamed answer.
 pub fn replay(frames: Vec<Bytes>) -> Response {
-    sse_response(Body::from(Bytes::from(concat(frames))))
+    // Frame by frame, not one buffer of them all: each written frame is freed, and a
+    // client that reads nothing is dropped by the server's write timeout.
+    let frames = futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>));
+    sse_response(Body::from_stream(frames))
 }
 
 fn concat(frames: Vec<Bytes>) -> Vec<u8> {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use super::json::Budget;
 use super::kept::Kept;
 use crate::agent::Message;
 
@@ -48,9 +49,10 @@ impl StoredResponse {
         }
     }
 
-    /// The conversation after this response.
-    pub fn messages(&self) -> Vec<Message> {
-        serde_json::from_str(&self.conversation).unwrap_or_default()
+    /// The conversation after this response, read within the continuing request's
+    /// `budget`: parsed, its argument objects can cost many times their text.
+    pub fn messages(&self, budget: &mut Budget) -> Result<Vec<Message>, String> {
+        budget.parse(&self.conversation)
     }
 
     /// How many messages of [`StoredResponse::messages`] were the request's input.
@@ -162,8 +164,14 @@ mod tests {
         store.put("b", response(&"y".repeat(200)));
         assert!(store.get("a").is_none(), "500 bytes hold one of them");
         assert_eq!(
-            store.get("b").map(|r| r.messages()),
-            Some(response(&"y".repeat(200)).messages())
+            store
+                .get("b")
+                .map(|r| r.messages(&mut Budget::default()).unwrap()),
+            Some(
+                response(&"y".repeat(200))
+                    .messages(&mut Budget::default())
+                    .unwrap()
+            )
         );
     }
 

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::DropGuard;
 
 use super::errors::ApiError;
+use super::json::Budget;
 use super::server::{GENERATED_KEY_PREFIX, Gateway};
 use super::sessions::Session;
 use crate::agent::{
@@ -65,6 +66,11 @@ pub struct TurnRequest {
     /// Whether the turn's conversation becomes the session's history (Responses); Chat
     /// is stateless and never writes it.
     pub remember: bool,
+    /// What is left of the request's JSON budget, for the session history it continues.
+    pub budget: Budget,
+    /// The request's place among the turns in flight ([`Gateway::admit`]), held until
+    /// its turn ends.
+    pub admitted: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Where the conversation before the input comes from.
@@ -150,10 +156,11 @@ impl Gateway {
             ))
             .param("tools"));
         }
-        let session = self.open_session(&key, keyed)?;
-        // Whichever way this request ends — refused below, or its turn done — the
-        // session's file is closed again.
-        let log_open = LogOpen(Arc::clone(&session.dispatcher));
+        let session = if keyed {
+            self.sessions.get_or_open(&key)
+        } else {
+            Arc::new(Session::new())
+        };
         // One turn at a time per named session, from reading its history to writing it.
         let held = if keyed {
             Some(Arc::clone(&session.turn).lock_owned().await)
@@ -163,7 +170,13 @@ impl Gateway {
         let mut messages = match request.prior {
             Prior::Nothing => Vec::new(),
             Prior::Session => {
-                let mut history = self.sessions.history(&key);
+                let mut budget = request.budget;
+                let mut history = self.sessions.history(&key, &mut budget).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the session's conversation is too intricate to continue: {e}"
+                    ))
+                    .param("metadata.session_key")
+                })?;
                 drop_unanswered(&mut history, &request.input);
                 history
             }
@@ -193,7 +206,11 @@ impl Gateway {
             tracing::error!("preparing a gateway turn failed: {e}");
             ApiError::internal("the turn failed inside the gateway; see its log")
         })??;
-        let dispatcher = Arc::clone(&session.dispatcher);
+        // Made only now, once the request is known to be valid: its first event creates
+        // the session's log file.
+        let dispatcher = session.dispatcher(|| self.new_dispatcher(&key, keyed))?;
+        // Whichever way this request ends, the session's file is closed again.
+        let log_open = LogOpen(Arc::clone(&dispatcher));
         dispatcher
             .log()
             .event("request", planned.log_event(&catalog));
@@ -222,6 +239,7 @@ impl Gateway {
         };
         let abort_turn = abort.clone();
         let remember = keyed && request.remember;
+        let admitted = request.admitted;
         let turn_key = key.clone();
         let turn = tokio::spawn(async move {
             let result = agent
@@ -235,7 +253,7 @@ impl Gateway {
                 .await;
             match &result {
                 Ok(o) if o.stop != Stop::Aborted && remember => {
-                    gw.sessions.remember(&turn_key, &o.messages);
+                    gw.sessions.remember(&turn_key, &session, &o.messages);
                 }
                 Ok(_) => {}
                 Err(e) => dispatcher.log().event(
@@ -246,6 +264,9 @@ impl Gateway {
             // The session's file stays closed until its next turn.
             drop(log_open);
             drop(held);
+            // Unpinned: the session may be evicted again.
+            drop(session);
+            drop(admitted);
             result
         });
         Ok(Running {
@@ -258,24 +279,37 @@ impl Gateway {
         })
     }
 
-    /// The session `key` names (kept when the client named it), or a new one.
-    fn open_session(&self, key: &str, keyed: bool) -> Result<Arc<Session>, ApiError> {
-        let open = || -> Result<Session, String> {
-            let log = SessionLog::open(&self.host.state_dir(), key).map_err(|e| e.to_string())?;
-            let dispatcher = DispatcherBuilder::live(self.host.live())
-                .config(&self.host.config)
-                .map_err(|e| e.to_string())?
-                .executors(self.host.executors())
-                .session_log(Arc::new(log))
-                .build();
-            Ok(Session::new(dispatcher))
-        };
-        let session = if keyed {
-            self.sessions.get_or_open(key, open)
+    /// A dispatcher for the session `key`, logging to its file (requests without a key:
+    /// to this start's one file for them); now and then, the state directory's oldest
+    /// logs are removed first.
+    fn new_dispatcher(&self, key: &str, keyed: bool) -> Result<Dispatcher, ApiError> {
+        let state_dir = self.host.state_dir();
+        if self.sessions.time_to_prune() {
+            let gone = crate::telemetry::prune_sessions(
+                &state_dir,
+                super::sessions::MAX_SESSION_FILES,
+                super::sessions::MAX_SESSION_LOG_BYTES,
+            );
+            if gone > 0 {
+                tracing::info!("removed the {gone} oldest session logs");
+            }
+        }
+        let file = if keyed {
+            key.to_string()
         } else {
-            open().map(Arc::new)
+            self.sessions.keyless_file()
         };
-        session.map_err(|e| {
+        let made = SessionLog::lazy(&state_dir, &file, key)
+            .map_err(|e| e.to_string())
+            .and_then(|log| {
+                Ok(DispatcherBuilder::live(self.host.live())
+                    .config(&self.host.config)
+                    .map_err(|e| e.to_string())?
+                    .executors(self.host.executors())
+                    .session_log(Arc::new(log))
+                    .build())
+            });
+        made.map_err(|e| {
             tracing::error!("gateway session `{key}`: {e}");
             ApiError::internal("the gateway cannot open the session's log; see its log")
         })

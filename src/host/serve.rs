@@ -1,19 +1,32 @@
-//! The HTTP server of every front that listens (the gateway, `mcp serve --listen`): one
-//! accept loop that bounds what a client can hold without sending a request. A connection
-//! has [`HEADER_READ_TIMEOUT`] to send each request's head — a slow sender (slowloris) or
-//! a keep-alive connection left idle is closed after it — and at most [`MAX_CONNECTIONS`]
-//! are open at once; beyond that new ones wait in the listen backlog until one closes.
-//! axum's own `serve` has neither: it sets no timer, so hyper's header timeout never runs.
+//! The HTTP server of every front that listens (the gateway, `mcp serve --listen`, the mock
+//! provider): one accept loop that bounds what a client can hold by being slow. A
+//! connection has [`HEADER_READ_TIMEOUT`] to send each request's head — a slow sender
+//! (slowloris) or a keep-alive connection left idle is closed after it — then
+//! [`Limits::body`] to send the whole body; a response the client leaves unread for
+//! [`Limits::write`] (the socket buffer full, no byte taken: per chunk of a stream too)
+//! is dropped with its connection. At most [`MAX_CONNECTIONS`] are open at once; beyond
+//! that new ones wait in the listen backlog until one closes. On stop, requests in flight
+//! get [`Limits::grace`] to finish; then their connections are dropped, so a stop always
+//! ends. axum's own `serve` has none of these: it sets no timer, so hyper's header
+//! timeout never runs.
 
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::ServerConfig;
 
 /// How long a connection may take to send a request's head, counted from when the server
 /// starts waiting for it (the connection opened, or its previous response ended). A
@@ -24,25 +37,50 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// which its session logs, children and upstream connections need too.
 pub const MAX_CONNECTIONS: usize = 512;
 
-/// Serves `app` on `listener` until `stop` resolves; then each connection finishes the
-/// request it is answering, and this returns once all are closed.
+/// What a client may take; `[server]` sets the last three.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub header: Duration,
+    /// To send a request's whole body, from the end of its head: a total, not an idle
+    /// time, so a byte now and then does not keep a connection.
+    pub body: Duration,
+    /// How long a write may wait for the client to read.
+    pub write: Duration,
+    /// How long requests in flight may take to finish once the server stops.
+    pub grace: Duration,
+    pub connections: usize,
+}
+
+impl Limits {
+    pub fn of(config: &ServerConfig) -> Self {
+        Limits {
+            header: HEADER_READ_TIMEOUT,
+            body: Duration::from_secs(config.body_timeout_s),
+            write: Duration::from_secs(config.write_timeout_s),
+            grace: Duration::from_secs(config.shutdown_grace_s),
+            connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::of(&ServerConfig::default())
+    }
+}
+
+/// Serves `app` on `listener` within `limits` until `stop` resolves; then each connection
+/// finishes the request it is answering (for at most [`Limits::grace`]), and this returns
+/// once all are closed.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
+    limits: Limits,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_with(listener, app, stop, HEADER_READ_TIMEOUT, MAX_CONNECTIONS).await
-}
-
-async fn serve_with(
-    listener: TcpListener,
-    app: axum::Router,
-    stop: impl Future<Output = ()> + Send + 'static,
-    header_timeout: Duration,
-    max_connections: usize,
-) -> std::io::Result<()> {
-    let open = Arc::new(Semaphore::new(max_connections));
+) -> io::Result<()> {
+    let open = Arc::new(Semaphore::new(limits.connections));
     let stopping = CancellationToken::new();
+    let dropping = CancellationToken::new();
     let mut stop = std::pin::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -65,14 +103,20 @@ async fn serve_with(
                 }
             },
         };
-        let service = TowerToHyperService::new(app.clone());
-        let stopping = stopping.clone();
+        let app = app.clone();
+        let service =
+            hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let request = request.map(|b| axum::body::Body::new(Deadline::new(b, limits.body)));
+                tower_service::Service::call(&mut app.clone(), request)
+            });
+        let (stopping, dropping) = (stopping.clone(), dropping.clone());
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(limits.header);
+            let io = TokioIo::new(Stalled::new(stream, limits.write));
+            let conn = builder.serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 served = conn.as_mut() => {
@@ -82,7 +126,11 @@ async fn serve_with(
                 }
                 _ = stopping.cancelled() => {
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        // Dropping the connection drops the request's handler with it.
+                        _ = dropping.cancelled() => {}
+                    }
                 }
             }
             drop(permit);
@@ -90,8 +138,154 @@ async fn serve_with(
     }
     stopping.cancel();
     // Every connection holds a permit until it closes: all back means all closed.
-    let _all = open.acquire_many(max_connections as u32).await;
+    let all = limits.connections as u32;
+    if tokio::time::timeout(limits.grace, open.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still in flight {} s after the stop: dropped",
+            limits.grace.as_secs()
+        );
+        dropping.cancel();
+        let _all = open.acquire_many(all).await;
+    }
     Ok(())
+}
+
+/// A request body that must end within a time of its start: past it, reading it fails
+/// (the handler answers 400, or its read error) and the connection is closed.
+struct Deadline<B> {
+    inner: B,
+    timer: Pin<Box<Sleep>>,
+    limit: Duration,
+}
+
+impl<B> Deadline<B> {
+    fn new(inner: B, limit: Duration) -> Self {
+        Deadline {
+            inner,
+            timer: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+impl<B> HttpBody for Deadline<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        ready!(this.timer.as_mut().poll(cx));
+        Poll::Ready(Some(Err(format!(
+            "the request body was not sent within {} s",
+            this.limit.as_secs()
+        )
+        .into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail once one has waited [`Limits::write`] for the client to
+/// read: hyper then drops the connection and the response it held.
+struct Stalled<S> {
+    inner: S,
+    limit: Duration,
+    /// Set while a write waits; cleared when one goes through.
+    waiting: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> Stalled<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        Stalled {
+            inner,
+            limit,
+            waiting: None,
+        }
+    }
+
+    /// `poll` as it went, or an error once writing has waited too long.
+    fn timed<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.waiting = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let timer = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the client read nothing for {} s", limit.as_secs()),
+        )))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Stalled<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.timed(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.timed(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_flush(cx);
+        this.timed(cx, poll)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.timed(cx, poll)
+    }
 }
 
 #[cfg(test)]
@@ -100,23 +294,60 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
+    fn limits(max: usize) -> Limits {
+        Limits {
+            header: Duration::from_secs(60),
+            body: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+            grace: Duration::from_secs(60),
+            connections: max,
+        }
+    }
+
+    /// A server of `/` (ok), `/echo` (the body's length), `/big` (32 MiB) and `/hang`
+    /// (never answers; `hung` is told when it is asked).
     async fn server(
-        header_timeout: Duration,
-        max: usize,
-    ) -> (std::net::SocketAddr, CancellationToken) {
+        limits: Limits,
+        hung: Option<Arc<tokio::sync::Notify>>,
+    ) -> (
+        std::net::SocketAddr,
+        CancellationToken,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let app = axum::Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/echo",
+                axum::routing::post(
+                    |body: Result<Bytes, axum::extract::rejection::BytesRejection>| async move {
+                        match body {
+                            Ok(b) => b.len().to_string(),
+                            Err(e) => e.body_text(),
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/big",
+                axum::routing::get(|| async { vec![b'x'; 32 << 20] }),
+            )
+            .route(
+                "/hang",
+                axum::routing::get(move || async move {
+                    if let Some(h) = hung {
+                        h.notify_one();
+                    }
+                    std::future::pending::<()>().await
+                }),
+            );
         let stop = CancellationToken::new();
         let stopped = stop.clone();
-        tokio::spawn(serve_with(
-            listener,
-            app,
-            async move { stopped.cancelled().await },
-            header_timeout,
-            max,
-        ));
-        (addr, stop)
+        let task = tokio::spawn(serve(listener, app, limits, async move {
+            stopped.cancelled().await
+        }));
+        (addr, stop, task)
     }
 
     async fn get(stream: &mut TcpStream) -> String {
@@ -129,23 +360,38 @@ mod tests {
         out
     }
 
+    /// Whether a fresh connection is answered within a minute.
+    async fn answered(addr: std::net::SocketAddr) -> bool {
+        let asked = async {
+            let mut fine = TcpStream::connect(addr).await.unwrap();
+            get(&mut fine).await
+        };
+        matches!(tokio::time::timeout(Duration::from_secs(60), asked).await, Ok(a) if a.ends_with("ok"))
+    }
+
     #[tokio::test]
     async fn a_connection_that_never_finishes_its_head_is_closed() {
-        let (addr, stop) = server(Duration::from_millis(300), 8).await;
+        let (addr, stop, _) = server(
+            Limits {
+                header: Duration::from_millis(300),
+                ..limits(8)
+            },
+            None,
+        )
+        .await;
         let mut slow = TcpStream::connect(addr).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nx-slow: ").await.unwrap();
         // The server closes it: a read ends (EOF or an error answer), not waits forever.
         let mut buf = Vec::new();
         let ended = tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut buf)).await;
         assert!(ended.is_ok(), "the half-sent request was never cut");
-        let mut fine = TcpStream::connect(addr).await.unwrap();
-        assert!(get(&mut fine).await.ends_with("ok"));
+        assert!(answered(addr).await);
         stop.cancel();
     }
 
     #[tokio::test]
     async fn connections_over_the_cap_wait_until_one_closes() {
-        let (addr, stop) = server(Duration::from_secs(60), 1).await;
+        let (addr, stop, _) = server(limits(1), None).await;
         let held = TcpStream::connect(addr).await.unwrap();
         let mut waiting = TcpStream::connect(addr).await.unwrap();
         let answer = tokio::spawn(async move { get(&mut waiting).await });
@@ -161,5 +407,76 @@ mod tests {
             .unwrap();
         assert!(answer.ends_with("ok"), "{answer}");
         stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_body_never_finished_is_cut_and_its_connection_freed() {
+        let (addr, stop, _) = server(
+            Limits {
+                body: Duration::from_millis(300),
+                ..limits(1)
+            },
+            None,
+        )
+        .await;
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nx")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut out)).await;
+        assert!(ended.is_ok(), "the half-sent body was never cut");
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.contains("not sent within"), "{out}");
+        // The one connection allowed is free again.
+        assert!(answered(addr).await);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_nothing_is_dropped() {
+        let (addr, stop, _) = server(
+            Limits {
+                write: Duration::from_millis(300),
+                ..limits(1)
+            },
+            None,
+        )
+        .await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // `idle` reads nothing and stays open: only the server can free the one slot.
+        assert!(
+            answered(addr).await,
+            "an unread response held its connection"
+        );
+        drop(idle);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_within_its_grace_whatever_is_in_flight() {
+        let hung = Arc::new(tokio::sync::Notify::new());
+        let (addr, stop, task) = server(
+            Limits {
+                grace: Duration::from_millis(300),
+                ..limits(8)
+            },
+            Some(Arc::clone(&hung)),
+        )
+        .await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        hung.notified().await;
+        stop.cancel();
+        let ended = tokio::time::timeout(Duration::from_secs(60), task).await;
+        assert!(ended.is_ok(), "the server never stopped");
+        let mut out = Vec::new();
+        let _ = client.read_to_end(&mut out).await;
     }
 }

@@ -129,6 +129,26 @@ impl SessionLog {
         })
     }
 
+    /// A log of `session` in `{state_dir}/sessions/{file}.jsonl`, created only by its
+    /// first event: a server opens one per request before it knows the request is
+    /// valid, and a refused request leaves no file. Several sessions may share a file
+    /// (`session` names each line's).
+    pub fn lazy(state_dir: &Path, file: &str, session: &str) -> Result<Self> {
+        let dir = state_dir.join("sessions");
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::Usage(format!(
+                "cannot create the state directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        Ok(SessionLog {
+            session: session.to_string(),
+            path: Some(dir.join(session_file_name(file))),
+            file: Some(parking_lot::Mutex::new(None)),
+            seq: AtomicU64::new(0),
+        })
+    }
+
     /// Closes the file until the next event, which opens it again (a long-lived host
     /// calls this between a session's turns).
     pub fn release(&self) {
@@ -190,6 +210,36 @@ impl SessionLog {
             tracing::error!("session log write failed: {e}");
         }
     }
+}
+
+/// Removes the oldest session logs (by last write) of `state_dir` until at most
+/// `max_files` of them take at most `max_bytes` together: a long-lived server makes one
+/// per client key, and keys are the clients' to choose. Returns how many went.
+pub fn prune_sessions(state_dir: &Path, max_files: usize, max_bytes: u64) -> usize {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("sessions")) else {
+        return 0;
+    };
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            meta.is_file()
+                .then(|| (meta.modified().unwrap_or(UNIX_EPOCH), meta.len(), e.path()))
+        })
+        .collect();
+    // Newest first: what is kept is a prefix.
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let (mut kept, mut bytes, mut removed) = (0usize, 0u64, 0usize);
+    for (_, len, path) in files {
+        if kept < max_files && bytes + len <= max_bytes {
+            kept += 1;
+            bytes += len;
+        } else if std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 fn append_to(path: &Path) -> std::io::Result<File> {
@@ -320,5 +370,36 @@ mod tests {
         assert_eq!(s.search_count, 2);
         assert_eq!(s.executed_by_source["openclaw"], 1);
         assert_eq!(s.selected, ["openclaw:core:x"]);
+    }
+
+    #[test]
+    fn a_lazy_log_makes_its_file_on_its_first_event_and_old_logs_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SessionLog::lazy(dir.path(), "shared", "one").unwrap();
+        assert!(!log.path().unwrap().exists(), "a file before any event");
+        log.event("request", json!({}));
+        SessionLog::lazy(dir.path(), "shared", "two")
+            .unwrap()
+            .event("request", json!({}));
+        let text = std::fs::read_to_string(log.path().unwrap()).unwrap();
+        assert!(
+            text.contains("\"one\"") && text.contains("\"two\""),
+            "{text}"
+        );
+        for i in 0..5 {
+            SessionLog::open(dir.path(), &format!("s{i}"))
+                .unwrap()
+                .event("x", json!({}));
+        }
+        assert_eq!(prune_sessions(dir.path(), 3, u64::MAX), 3);
+        let left = std::fs::read_dir(dir.path().join("sessions"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 3);
+        assert_eq!(
+            prune_sessions(dir.path(), 10, 0),
+            3,
+            "a byte bound of 0 keeps none"
+        );
     }
 }

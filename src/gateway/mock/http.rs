@@ -24,6 +24,7 @@ use super::MockProvider;
 use super::conversation::Conversation;
 use super::encode::Plan;
 use super::play;
+use crate::gateway::json::{Budget, Unread};
 use crate::provider::Provider;
 
 /// The model `GET /v1/models` lists.
@@ -75,9 +76,17 @@ impl MockProvider {
             Ok(bytes) => bytes,
             Err(rejection) => return error_response(rejection.status(), rejection.body_text()),
         };
-        let request: Value = match serde_json::from_slice(&bytes) {
+        // Bounded like the gateway's own requests: a body of many small values would
+        // cost the mock hundreds of megabytes.
+        let request: Value = match Budget::default().parse_at(&bytes) {
             Ok(value) => value,
-            Err(e) => {
+            Err(Unread::Over(e)) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is too intricate: {e}"),
+                );
+            }
+            Err(Unread::Bad(e)) => {
                 return error_response(
                     StatusCode::BAD_REQUEST,
                     format!("the request body is not valid JSON: {e}"),

@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::gateway::json::Budget;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +77,7 @@ impl MockProvider {
             .lock()
             .bodies
             .iter()
-            .filter_map(|b| serde_json::from_str(b).ok())
+            .filter_map(|b| Budget::default().parse(b).ok())
             .collect()
     }
 }
@@ -121,7 +122,8 @@ pub async fn serve(
     provider: Arc<MockProvider>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    crate::host::serve::serve(listener, provider.router(), async move {
+    let limits = crate::host::serve::Limits::default();
+    crate::host::serve::serve(listener, provider.router(), limits, async move {
         shutdown.cancelled().await
     })
     .await

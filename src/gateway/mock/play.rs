@@ -35,6 +35,7 @@ use serde_json::{Map, Value, json};
 
 use super::conversation::{Conversation, Item};
 use crate::error::Error;
+use crate::gateway::json::{Budget, Unread};
 use crate::provider::{Provider, WireNames};
 use crate::surface::{TOOL_CALL, TOOL_SEARCH, TOOL_SEARCH_CODE};
 
@@ -121,8 +122,11 @@ impl Scenario {
             file: file.to_path_buf(),
             message,
         };
-        let mut de = serde_json::Deserializer::from_str(text);
-        let scenario: Scenario = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let scenario: Scenario = Budget::default().parse_at(text.as_bytes()).map_err(|e| {
+            let e = match e {
+                Unread::Over(e) => return bad(format!("not a valid scenario: {e}")),
+                Unread::Bad(e) => e,
+            };
             let path = e.path().to_string();
             let inner = e.into_inner();
             if path.is_empty() || path == "." {
@@ -257,7 +261,7 @@ fn qa_reply(conversation: &Conversation, target: &str, format: Provider) -> Repl
 /// The id of the candidate named `target` in a `tool_search` output: a batch result
 /// (`{"results": [{"candidates": [...]}]}`), an object with `candidates`, or a plain list.
 fn candidate_id(output: &str, target: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(output).ok()?;
+    let value: Value = Budget::default().parse(output).ok()?;
     let candidates: Vec<&Value> = match &value {
         Value::Array(list) => list.iter().collect(),
         Value::Object(obj) => match (obj.get("results"), obj.get("candidates")) {

@@ -1,0 +1,175 @@
+//! What a listening front (the gateway, `mcp serve --listen`) refuses before any route
+//! sees a request, so a web page the user happens to open cannot use it: a `Host` that
+//! is not a loopback name or address while the server listens on loopback (DNS
+//! rebinding: a page of `evil.example` resolved to 127.0.0.1), an `Origin` not on the
+//! allow-list (`[server] allowed_origins`, none by default: a browser's cross-site
+//! request), and a `POST` whose body is not `Content-Type: application/json` (the types
+//! a page may send without asking first, `text/plain` and forms). One check for every
+//! front; each answers a refusal in its own shape.
+
+use axum::http::{HeaderMap, Method, StatusCode, header};
+
+/// The rules one server applies.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    /// The server listens on loopback only: other Hosts are refused.
+    pub loopback: bool,
+    /// `scheme://host[:port]`, compared without case.
+    pub allowed_origins: Vec<String>,
+}
+
+/// Why a request was refused, and the status it gets (403 or 415).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Guard {
+    pub fn new(loopback: bool, allowed_origins: &[String]) -> Self {
+        Guard {
+            loopback,
+            allowed_origins: allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    /// Whether a request of `method` with `headers` may go on.
+    pub fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
+        let forbidden = |message: String| Refusal {
+            status: StatusCode::FORBIDDEN,
+            message,
+        };
+        if self.loopback {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            match host {
+                Some(h) if is_loopback_authority(h) => {}
+                Some(h) => {
+                    return Err(forbidden(format!(
+                        "Host `{h}` is not this server's: it listens on loopback and answers localhost, 127.0.0.1 and [::1] only"
+                    )));
+                }
+                None => return Err(forbidden("a request needs a Host header".into())),
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
+            if !self.allowed_origins.contains(&origin) {
+                return Err(forbidden(format!(
+                    "Origin `{origin}` is not allowed; list it in [server] allowed_origins to let a web page call this server"
+                )));
+            }
+        }
+        if method == Method::POST && !is_json(headers) {
+            return Err(Refusal {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: "a POST body must be sent with Content-Type: application/json".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, port)) if port.is_empty() || port.starts_with(':') => ip,
+            _ => return false,
+        },
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn loopback_hosts_pass_and_others_are_refused() {
+        let g = Guard::new(true, &[]);
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:9",
+            "[::1]",
+            "LOCALHOST",
+        ] {
+            assert!(
+                g.check(&Method::GET, &headers(&[("host", host)])).is_ok(),
+                "{host}"
+            );
+        }
+        for host in [
+            "evil.example",
+            "evil.example:80",
+            "localhost.evil.example",
+            "[::1]x",
+            "10.0.0.1",
+        ] {
+            let e = g
+                .check(&Method::GET, &headers(&[("host", host)]))
+                .unwrap_err();
+            assert_eq!(e.status, StatusCode::FORBIDDEN, "{host}");
+        }
+        assert!(g.check(&Method::GET, &HeaderMap::new()).is_err());
+        assert!(
+            Guard::new(false, &[])
+                .check(&Method::GET, &headers(&[("host", "evil.example")]))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn origins_must_be_listed_and_posts_must_be_json() {
+        let g = Guard::new(true, &["http://localhost:3000/".into()]);
+        let ok = [
+            ("host", "localhost"),
+            ("content-type", "application/json; charset=utf-8"),
+        ];
+        assert!(g.check(&Method::POST, &headers(&ok)).is_ok());
+        let listed = [("host", "localhost"), ("origin", "http://LOCALHOST:3000")];
+        assert!(g.check(&Method::GET, &headers(&listed)).is_ok());
+        let foreign = [("host", "localhost"), ("origin", "http://evil.example")];
+        assert_eq!(
+            g.check(&Method::GET, &headers(&foreign))
+                .unwrap_err()
+                .status,
+            StatusCode::FORBIDDEN
+        );
+        let plain = [("host", "localhost"), ("content-type", "text/plain")];
+        assert_eq!(
+            g.check(&Method::POST, &headers(&plain)).unwrap_err().status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        assert!(
+            g.check(&Method::POST, &headers(&[("host", "localhost")]))
+                .is_err()
+        );
+    }
+}
