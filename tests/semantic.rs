@@ -159,12 +159,15 @@ fn every_front_searches_through_the_fused_ranking() {
     ]));
     assert_eq!(code["value"], "openclaw:core:calculate", "{code}");
 
-    // A request of several sentences: each sentence's tool reaches the top.
+    // A request of several sentences: each sentence's tool reaches the top. The whole
+    // request places its two best in each round and a sentence whose best it already
+    // gave yields its turn (a sentence offering its next instead cost sealtools 7.8 points
+    // of R@5), so the first sentence's tool is fourth here.
     let multi = ok_json(&mut sb.semantic(&[
         "search",
         "Convert 100 US dollars into euros. Then translate the total into French for my invoice.",
         "--limit",
-        "3",
+        "4",
         "--json",
     ]));
     let got = ids(&multi);
