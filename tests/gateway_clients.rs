@@ -6,29 +6,12 @@
 //! method a 404 in OpenAI's shape).
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
 mod common;
 mod gateway_support;
-use common::{BIN, Guard, start_listening};
 use gateway_support::*;
-
-/// The mock provider, scripted with `scenario` (JSON text) when given, recording to
-/// `dir/requests.jsonl`.
-fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["mock-provider", "--listen", "127.0.0.1:0", "--record"])
-        .arg(dir.join("requests.jsonl"))
-        .stdin(Stdio::null());
-    if let Some(text) = scenario {
-        let path = dir.join("scenario.json");
-        std::fs::write(&path, text).unwrap();
-        cmd.arg("--scenario").arg(path);
-    }
-    start_listening(&mut cmd)
-}
 
 /// The request bodies the provider got, as text, oldest first.
 fn recorded(dir: &std::path::Path) -> Vec<String> {

@@ -4,30 +4,15 @@
 //! gateway's own failures (no key: it never says it listens; no session log: a 500 that
 //! names no path).
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
 mod common;
 mod gateway_support;
-use common::{BIN, Guard, start_listening};
+use common::BIN;
 use gateway_support::*;
-
-/// The mock provider, scripted with `scenario` (JSON text) when given, recording to
-/// `dir/requests.jsonl`.
-fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["mock-provider", "--listen", "127.0.0.1:0", "--record"])
-        .arg(dir.join("requests.jsonl"))
-        .stdin(Stdio::null());
-    if let Some(text) = scenario {
-        let path = dir.join("scenario.json");
-        std::fs::write(&path, text).unwrap();
-        cmd.arg("--scenario").arg(path);
-    }
-    start_listening(&mut cmd)
-}
 
 fn recorded(dir: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("requests.jsonl"))

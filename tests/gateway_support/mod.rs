@@ -364,3 +364,18 @@ pub fn post(gateway: &str, path: &str, body: &Value) -> (u16, String) {
         (r.status().as_u16(), r.text().await.unwrap())
     })
 }
+
+/// The mock provider, scripted with `scenario` (JSON text) when given, recording to
+/// `dir/requests.jsonl`.
+pub fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["mock-provider", "--listen", "127.0.0.1:0", "--record"])
+        .arg(dir.join("requests.jsonl"))
+        .stdin(Stdio::null());
+    if let Some(text) = scenario {
+        let path = dir.join("scenario.json");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--scenario").arg(path);
+    }
+    start_listening(&mut cmd)
+}
