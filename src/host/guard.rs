@@ -1,21 +1,25 @@
-//! What a listening front (the gateway, `mcp serve --listen`) refuses before any route
+//! What a listening front (the gateway, `mcp serve --listen`, the mock provider) refuses before any route
 //! sees a request, so a web page the user happens to open cannot use it: a `Host` that
 //! is not a loopback name or address while the server listens on loopback (DNS
 //! rebinding: a page of `evil.example` resolved to 127.0.0.1), an `Origin` not on the
 //! allow-list (`[server] allowed_origins`, none by default: a browser's cross-site
 //! request), and a `POST` whose body is not `Content-Type: application/json` (the types
 //! a page may send without asking first, `text/plain` and forms). One check for every
-//! front; each answers a refusal in its own shape.
+//! front, applied by [`serve`](super::serve::serve) itself; each front answers a refusal
+//! in its own shape.
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::Response;
 
-/// The rules one server applies.
-#[derive(Debug, Clone, Default)]
+/// The rules one server applies, and how it answers a refusal.
+#[derive(Debug, Clone)]
 pub struct Guard {
     /// The server listens on loopback only: other Hosts are refused.
     pub loopback: bool,
     /// `scheme://host[:port]`, compared without case.
     pub allowed_origins: Vec<String>,
+    /// The refusal in the front's own shape (OpenAI's error, MCP's plain text…).
+    pub answer: fn(Refusal) -> Response,
 }
 
 /// Why a request was refused, and the status it gets (403 or 415).
@@ -26,14 +30,34 @@ pub struct Refusal {
 }
 
 impl Guard {
-    pub fn new(loopback: bool, allowed_origins: &[String]) -> Self {
+    pub fn new(
+        loopback: bool,
+        allowed_origins: &[String],
+        answer: fn(Refusal) -> Response,
+    ) -> Self {
         Guard {
             loopback,
             allowed_origins: allowed_origins
                 .iter()
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
+            answer,
         }
+    }
+
+    /// The guard of a server listening at `addr`: loopback's rules when it is on
+    /// loopback.
+    pub fn at(
+        addr: std::net::SocketAddr,
+        allowed_origins: &[String],
+        answer: fn(Refusal) -> Response,
+    ) -> Self {
+        Guard::new(addr.ip().is_loopback(), allowed_origins, answer)
+    }
+
+    /// A refusal as plain text with its status.
+    pub fn plain(refusal: Refusal) -> Response {
+        axum::response::IntoResponse::into_response((refusal.status, refusal.message))
     }
 
     /// Whether a request of `method` with `headers` may go on.
@@ -111,7 +135,7 @@ mod tests {
 
     #[test]
     fn loopback_hosts_pass_and_others_are_refused() {
-        let g = Guard::new(true, &[]);
+        let g = Guard::new(true, &[], Guard::plain);
         for host in [
             "localhost",
             "localhost:8080",
@@ -139,7 +163,7 @@ mod tests {
         }
         assert!(g.check(&Method::GET, &HeaderMap::new()).is_err());
         assert!(
-            Guard::new(false, &[])
+            Guard::new(false, &[], Guard::plain)
                 .check(&Method::GET, &headers(&[("host", "evil.example")]))
                 .is_ok()
         );
@@ -147,7 +171,7 @@ mod tests {
 
     #[test]
     fn origins_must_be_listed_and_posts_must_be_json() {
-        let g = Guard::new(true, &["http://localhost:3000/".into()]);
+        let g = Guard::new(true, &["http://localhost:3000/".into()], Guard::plain);
         let ok = [
             ("host", "localhost"),
             ("content-type", "application/json; charset=utf-8"),

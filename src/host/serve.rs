@@ -4,7 +4,11 @@
 //! (slowloris) or a keep-alive connection left idle is closed after it — then
 //! [`Limits::body`] to send the whole body; a response the client leaves unread for
 //! [`Limits::write`] (the socket buffer full, no byte taken: per chunk of a stream too)
-//! is dropped with its connection. At most [`MAX_CONNECTIONS`] are open at once; beyond
+//! is dropped with its connection, and so is one that reads, but slower than
+//! [`MIN_READ_RATE`] over the connection's life (a reader that takes a few bytes every
+//! 29 s kept a stream, and the memory behind it, for as long as it liked). Every request
+//! passes the listener's [`Guard`] before any route sees it: an argument of [`serve`], so
+//! no front can listen without one. At most [`MAX_CONNECTIONS`] are open at once; beyond
 //! that new ones wait in the listen backlog until one closes. On stop, requests in flight
 //! get [`Limits::grace`] to finish; then their connections are dropped, so a stop always
 //! ends. axum's own `serve` has none of these: it sets no timer, so hyper's header
@@ -15,7 +19,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -26,6 +30,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
+use super::guard::Guard;
 use crate::config::ServerConfig;
 
 /// How long a connection may take to send a request's head, counted from when the server
@@ -36,6 +41,12 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once: well under the usual 1024 descriptors a process may hold,
 /// which its session logs, children and upstream connections need too.
 pub const MAX_CONNECTIONS: usize = 512;
+
+/// The slowest a client may read, averaged over its connection: its writes may have
+/// waited for it, in all, [`Limits::write`] plus a second per this many bytes it took.
+/// A client on this machine reads hundreds of megabytes a second; one across the world,
+/// megabytes.
+pub const MIN_READ_RATE: u64 = 32 * 1024;
 
 /// What a client may take; `[server]` sets the last three.
 #[derive(Debug, Clone, Copy)]
@@ -49,6 +60,8 @@ pub struct Limits {
     /// How long requests in flight may take to finish once the server stops.
     pub grace: Duration,
     pub connections: usize,
+    /// Bytes a second; see [`MIN_READ_RATE`].
+    pub min_read_rate: u64,
 }
 
 impl Limits {
@@ -59,6 +72,7 @@ impl Limits {
             write: Duration::from_secs(config.write_timeout_s),
             grace: Duration::from_secs(config.shutdown_grace_s),
             connections: MAX_CONNECTIONS,
+            min_read_rate: MIN_READ_RATE,
         }
     }
 }
@@ -71,13 +85,15 @@ impl Default for Limits {
 
 /// Serves `app` on `listener` within `limits` until `stop` resolves; then each connection
 /// finishes the request it is answering (for at most [`Limits::grace`]), and this returns
-/// once all are closed.
+/// once all are closed. A request `guard` refuses gets its answer and never reaches `app`.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
+    guard: Guard,
     limits: Limits,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let guard = Arc::new(guard);
     let open = Arc::new(Semaphore::new(limits.connections));
     let stopping = CancellationToken::new();
     let dropping = CancellationToken::new();
@@ -104,10 +120,19 @@ pub async fn serve(
             },
         };
         let app = app.clone();
+        let guard = Arc::clone(&guard);
         let service =
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let refused = guard.check(request.method(), request.headers());
                 let request = request.map(|b| axum::body::Body::new(Deadline::new(b, limits.body)));
-                tower_service::Service::call(&mut app.clone(), request)
+                let mut app = app.clone();
+                let answer = guard.answer;
+                async move {
+                    match refused {
+                        Ok(()) => tower_service::Service::call(&mut app, request).await,
+                        Err(refusal) => Ok(answer(refusal)),
+                    }
+                }
             });
         let (stopping, dropping) = (stopping.clone(), dropping.clone());
         tokio::spawn(async move {
@@ -115,7 +140,7 @@ pub async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header);
-            let io = TokioIo::new(Stalled::new(stream, limits.write));
+            let io = TokioIo::new(Stalled::new(stream, limits.write, limits.min_read_rate));
             let conn = builder.serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
@@ -205,38 +230,80 @@ where
 }
 
 /// A connection whose writes fail once one has waited [`Limits::write`] for the client to
-/// read: hyper then drops the connection and the response it held.
+/// read, or once they have waited, in all, longer than the bytes the client took pay for
+/// (see [`MIN_READ_RATE`]): hyper then drops the connection and the response it held.
 struct Stalled<S> {
     inner: S,
     limit: Duration,
+    min_read_rate: u64,
     /// Set while a write waits; cleared when one goes through.
     waiting: Option<Pin<Box<Sleep>>>,
+    /// When the write waiting now began.
+    since: Option<Instant>,
+    /// Time writes have waited before the current wait, and bytes written, over the
+    /// connection's life.
+    waited: Duration,
+    written: u64,
 }
 
 impl<S> Stalled<S> {
-    fn new(inner: S, limit: Duration) -> Self {
+    fn new(inner: S, limit: Duration, min_read_rate: u64) -> Self {
         Stalled {
             inner,
             limit,
+            min_read_rate: min_read_rate.max(1),
             waiting: None,
+            since: None,
+            waited: Duration::ZERO,
+            written: 0,
         }
     }
 
-    /// `poll` as it went, or an error once writing has waited too long.
-    fn timed<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        if poll.is_ready() {
+    /// How long the wait that begins now may last: [`Limits::write`], or less when the
+    /// connection has used up what its reading paid for.
+    fn allowance(&self) -> Duration {
+        let earned =
+            self.limit + Duration::from_secs_f64(self.written as f64 / self.min_read_rate as f64);
+        earned.saturating_sub(self.waited).min(self.limit)
+    }
+
+    /// `poll` as it went (`wrote` counts a write's bytes), or an error once writing has
+    /// waited too long.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+        wrote: impl Fn(&T) -> usize,
+    ) -> Poll<io::Result<T>> {
+        if let Poll::Ready(result) = &poll {
+            if let Ok(value) = result {
+                self.written = self.written.saturating_add(wrote(value) as u64);
+            }
+            if let Some(since) = self.since.take() {
+                self.waited += since.elapsed();
+            }
             self.waiting = None;
             return poll;
         }
-        let limit = self.limit;
-        let timer = self
-            .waiting
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if self.waiting.is_none() {
+            self.since = Some(Instant::now());
+            self.waiting = Some(Box::pin(tokio::time::sleep(self.allowance())));
+        }
+        let Some(timer) = self.waiting.as_mut() else {
+            return Poll::Pending;
+        };
         ready!(timer.as_mut().poll(cx));
-        Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("the client read nothing for {} s", limit.as_secs()),
-        )))
+        let message = if self.waited.is_zero() {
+            format!("the client read nothing for {} s", self.limit.as_secs())
+        } else {
+            format!(
+                "the client reads too slowly: writes waited {} s in all for the {} bytes it took (at least {} bytes a second)",
+                (self.waited + self.since.map_or(Duration::ZERO, |s| s.elapsed())).as_secs(),
+                self.written,
+                self.min_read_rate
+            )
+        };
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, message)))
     }
 }
 
@@ -258,7 +325,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.timed(cx, poll)
+        this.timed(cx, poll, |n| *n)
     }
 
     fn poll_write_vectored(
@@ -268,7 +335,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.timed(cx, poll)
+        this.timed(cx, poll, |n| *n)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -278,13 +345,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Stalled<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_flush(cx);
-        this.timed(cx, poll)
+        this.timed(cx, poll, |_| 0)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_shutdown(cx);
-        this.timed(cx, poll)
+        this.timed(cx, poll, |_| 0)
     }
 }
 
@@ -301,6 +368,7 @@ mod tests {
             write: Duration::from_secs(60),
             grace: Duration::from_secs(60),
             connections: max,
+            min_read_rate: 1,
         }
     }
 
@@ -344,7 +412,8 @@ mod tests {
             );
         let stop = CancellationToken::new();
         let stopped = stop.clone();
-        let task = tokio::spawn(serve(listener, app, limits, async move {
+        let guard = Guard::new(true, &[], Guard::plain);
+        let task = tokio::spawn(serve(listener, app, guard, limits, async move {
             stopped.cancelled().await
         }));
         (addr, stop, task)
@@ -352,7 +421,7 @@ mod tests {
 
     async fn get(stream: &mut TcpStream) -> String {
         stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
             .await
             .unwrap();
         let mut out = String::new();
@@ -420,7 +489,7 @@ mod tests {
         )
         .await;
         let mut slow = TcpStream::connect(addr).await.unwrap();
-        slow.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nx")
+        slow.write_all(b"POST /echo HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\nx")
             .await
             .unwrap();
         let mut out = Vec::new();
@@ -444,7 +513,7 @@ mod tests {
         )
         .await;
         let mut idle = TcpStream::connect(addr).await.unwrap();
-        idle.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+        idle.write_all(b"GET /big HTTP/1.1\r\nhost: localhost\r\n\r\n")
             .await
             .unwrap();
         // `idle` reads nothing and stays open: only the server can free the one slot.
@@ -469,7 +538,7 @@ mod tests {
         .await;
         let mut client = TcpStream::connect(addr).await.unwrap();
         client
-            .write_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+            .write_all(b"GET /hang HTTP/1.1\r\nhost: localhost\r\n\r\n")
             .await
             .unwrap();
         hung.notified().await;
@@ -478,5 +547,61 @@ mod tests {
         assert!(ended.is_ok(), "the server never stopped");
         let mut out = Vec::new();
         let _ = client.read_to_end(&mut out).await;
+    }
+
+    #[tokio::test]
+    async fn a_request_the_guard_refuses_never_reaches_a_route() {
+        let hung = Arc::new(tokio::sync::Notify::new());
+        let (addr, stop, _) = server(limits(8), Some(Arc::clone(&hung))).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        // `/hang` never answers once reached: an answer at all means it was not.
+        client
+            .write_all(b"GET /hang HTTP/1.1\r\nhost: evil.example\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let read = tokio::time::timeout(Duration::from_secs(60), client.read_to_string(&mut out));
+        assert!(read.await.is_ok(), "the refused request reached its route");
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+        assert!(out.contains("evil.example"), "{out}");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_but_too_slowly_is_dropped() {
+        let (addr, stop, _) = server(
+            Limits {
+                write: Duration::from_secs(2),
+                // Reading 256 KiB each half second is 0.5 MiB/s, well under this rate.
+                min_read_rate: 10 << 20,
+                ..limits(8)
+            },
+            None,
+        )
+        .await;
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /big HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut taken = 0usize;
+        let mut buf = vec![0u8; 256 << 10];
+        // Each read takes a little, so no single write waits the 2 s: only the
+        // connection's total wait against what it read can end it.
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => taken += n,
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "a reader at 0.5 MiB/s kept its response {} s",
+                started.elapsed().as_secs()
+            );
+        }
+        assert!(taken < 32 << 20, "the whole response was read: {taken}");
+        assert!(answered(addr).await);
+        stop.cancel();
     }
 }

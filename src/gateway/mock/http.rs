@@ -7,7 +7,6 @@
 //! not JSON is `400` with an OpenAI-style `{"error": {"message", "type":
 //! "invalid_request_error"}}`; a body larger than [`MAX_BODY_BYTES`] is `413`.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -51,15 +50,12 @@ impl MockProvider {
     /// Records a body in memory and in the record file. The lock is held while writing so
     /// the file's lines come in the same order as the list.
     fn record(&self, body: &Value) -> Result<(), String> {
-        let text = body.to_string();
+        let text: Arc<str> = Arc::from(body.to_string());
         let mut requests = self.requests.lock();
         if let Some(path) = &self.options.record {
             let line = format!("{text}\n");
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .and_then(|mut file| file.write_all(line.as_bytes()))
+            requests
+                .append(path, &line, super::RECORD_FILE_MAX_BYTES)
                 .map_err(|e| {
                     format!(
                         "mock provider: cannot append to the record file {}: {e}",
@@ -156,10 +152,24 @@ async fn models() -> Response {
 }
 
 async fn debug_requests(State(provider): State<Arc<MockProvider>>) -> Response {
-    let text = provider.requests.lock().as_json_array();
+    let Ok(reader) = Arc::clone(&provider.readers).try_acquire_owned() else {
+        return error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} readers of /debug/requests are being answered, the most at once; retry when one is done",
+                super::DEBUG_READERS
+            ),
+        );
+    };
+    let bodies = provider.requests.lock().snapshot();
+    // The place is given back when the last chunk is sent, or the reader dropped.
+    let chunks = futures::StreamExt::map(super::json_array(bodies), move |chunk| {
+        let _held = &reader;
+        chunk
+    });
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        text,
+        axum::body::Body::from_stream(chunks),
     )
         .into_response()
 }
@@ -176,6 +186,11 @@ async fn not_found(method: Method, uri: Uri) -> Response {
             uri.path()
         ),
     )
+}
+
+/// A request the server's guard refused, in the mock's error shape.
+pub(super) fn refused(refusal: crate::host::guard::Refusal) -> Response {
+    error_response(refusal.status, refusal.message)
 }
 
 fn error_response(status: StatusCode, message: String) -> Response {
