@@ -1,8 +1,9 @@
 //! What a slow, greedy or foreign client can make the gateway's HTTP server do, through
 //! the binary: a body never finished, a response never read, a stop while both are held,
 //! a web page's request (foreign Host or Origin, a text/plain body), JSON hidden in
-//! argument strings, and a flood of refused requests leaving session files. Timeouts are
-//! set small through `[server]`; each check allows a minute.
+//! argument strings, a flood of refused requests leaving session files, stored responses
+//! sent to many readers that read nothing, and the same guard on the mock provider.
+//! Timeouts are set small through `[server]`; each check allows a minute.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -280,4 +281,110 @@ fn refused_requests_leave_no_session_file_and_keyless_ones_share_one() {
     let made = files();
     assert_eq!(made.len(), 1, "two keyless requests: {made:?}");
     assert!(made[0].starts_with("gw-"), "{made:?}");
+}
+
+#[test]
+fn the_mock_provider_is_guarded_like_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, url) = mock(dir.path(), None);
+    let body = r#"{"model": "m", "input": "hi"}"#;
+    let json = ("content-type", "application/json");
+    let refused = [
+        (vec![("content-type", "text/plain")], 415),
+        (vec![json, ("origin", "http://evil.example")], 403),
+        (vec![json, ("host", "evil.example")], 403),
+    ];
+    for (headers, status) in refused {
+        assert_eq!(
+            status_of(&url, "POST", "/v1/responses", &headers, body),
+            status,
+            "{headers:?}"
+        );
+    }
+    assert_eq!(
+        status_of(
+            &url,
+            "GET",
+            "/debug/requests",
+            &[("host", "evil.example")],
+            ""
+        ),
+        403
+    );
+    assert_eq!(status_of(&url, "POST", "/v1/responses", &[json], body), 200);
+    let (status, text) = runtime().block_on(async {
+        let r = reqwest::get(format!("{url}/debug/requests")).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    });
+    assert_eq!(status, 200);
+    let recorded: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(recorded.len(), 1, "a refused request was recorded: {text}");
+}
+
+/// A connection with a small receive buffer that asked for `path` and reads nothing.
+fn unread_get(url: &str, path: &str) -> TcpStream {
+    let to: std::net::SocketAddr = addr(url).parse().unwrap();
+    let mut s = runtime().block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(to).await.unwrap().into_std().unwrap()
+    });
+    s.set_nonblocking(false).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").as_bytes())
+        .unwrap();
+    s
+}
+
+#[test]
+fn stored_responses_go_to_a_bounded_number_of_readers_at_once() {
+    let (provider, _) = canned_provider(vec![(200, ANSWER)]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(&provider, dir.path(), "");
+    let (status, body) = post(
+        &url,
+        "/v1/responses",
+        &json!({"input": "hello", "instructions": "x".repeat(3 << 20)}),
+    );
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Streamed and not, each holding a 3 MiB response it does not read.
+    let held: Vec<TcpStream> = (0..16)
+        .map(|i| {
+            let query = if i % 2 == 0 { "?stream=true" } else { "" };
+            unread_get(&url, &format!("/v1/responses/{id}{query}"))
+        })
+        .collect();
+    let over = || status_of(&url, "GET", &format!("/v1/responses/{id}"), &[], "");
+    assert!(eventually(|| over() == 429), "a 17th reader was let in");
+    // Others are still served, and the places come back with the readers.
+    assert_eq!(say_hello_status(&url), 200);
+    drop(held);
+    assert!(eventually(|| over() == 200), "the places never came back");
+    // A replay read whole is the response's events, the stored response last.
+    let (status, text) = runtime().block_on(async {
+        let r = reqwest::get(format!("{url}/v1/responses/{id}?stream=true"))
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    });
+    assert_eq!(status, 200);
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"response.completed"), "{kinds:?}");
+    assert_eq!(events[0]["response"]["status"], "in_progress");
+    assert_eq!(events[0]["response"]["output"], json!([]));
+    let completed = &events[events.len() - 1];
+    assert_eq!(completed["response"]["id"], id.as_str());
+    assert_eq!(completed["response"]["status"], "completed");
+    for (n, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], n, "{e}");
+    }
 }

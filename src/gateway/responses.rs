@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use super::errors::ApiError;
 use super::forward;
 use super::json::Budget;
-use super::server::Gateway;
+use super::server::{Admitted, Gateway};
 use super::sse;
 use super::store::{StoredResponse, random_id};
 use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
@@ -252,13 +252,6 @@ pub(super) async fn retrieve(
                 .into_response();
         }
     };
-    if !stream {
-        return (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            stored.body().to_string(),
-        )
-            .into_response();
-    }
     let after = match query.get("starting_after").map(|n| n.parse::<u64>()) {
         None => None,
         Some(Ok(n)) => Some(n),
@@ -268,17 +261,42 @@ pub(super) async fn retrieve(
                 .into_response();
         }
     };
-    let body: Value = match Budget::default().parse(stored.body()) {
-        Ok(body) => body,
-        Err(e) => {
-            return ApiError::bad_request(format!(
-                "this response is too intricate to replay as a stream ({e}); GET it without stream=true"
-            ))
-            .param("stream")
-            .into_response();
-        }
+    let admitted = match gw.admit_retrieval() {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
     };
-    sse::replay(events::replay(&body, after))
+    if !stream {
+        // The stored text itself, shared, not a copy per reader.
+        let body = axum::body::Body::from(Bytes::from_owner(StoredText {
+            stored,
+            _held: admitted,
+        }));
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+    }
+    match events::replay(stored, after) {
+        Ok(frames) => sse::replay(frames, admitted),
+        Err(e) => ApiError::bad_request(format!(
+            "this response is too intricate to replay as a stream ({e}); GET it without stream=true"
+        ))
+        .param("stream")
+        .into_response(),
+    }
+}
+
+/// A stored response's text as a body, holding its request's places until it is sent.
+struct StoredText {
+    stored: Arc<StoredResponse>,
+    _held: Admitted,
+}
+
+impl AsRef<[u8]> for StoredText {
+    fn as_ref(&self) -> &[u8] {
+        self.stored.body().as_bytes()
+    }
 }
 
 /// `DELETE /v1/responses/{id}`: the stored response forgotten.

@@ -59,6 +59,12 @@ pub const MAX_CALLS_AT_ONCE: usize = 64;
 /// together they stay under a few gigabytes; one more is a 429 the SDKs retry.
 pub const MAX_TURNS_AT_ONCE: usize = 128;
 
+/// Stored responses being sent at once (`GET /v1/responses/{id}`, streamed or not), on
+/// top of [`MAX_TURNS_AT_ONCE`]: each holds a response (up to the 4 MiB its request could
+/// echo) for as long as its client reads, which the server bounds only from below
+/// ([`crate::host::serve::MIN_READ_RATE`]).
+pub const MAX_RETRIEVALS_AT_ONCE: usize = 16;
+
 /// What the gateway runs with.
 pub struct Gateway {
     /// The config, the catalog as it follows the upstream servers, what catalogs are built
@@ -77,6 +83,8 @@ pub struct Gateway {
     pub(super) call_slots: Arc<tokio::sync::Semaphore>,
     /// [`MAX_TURNS_AT_ONCE`] places, taken by [`Gateway::admit`].
     turns: Arc<tokio::sync::Semaphore>,
+    /// [`MAX_RETRIEVALS_AT_ONCE`] places, taken by [`Gateway::admit_retrieval`].
+    retrievals: Arc<tokio::sync::Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -108,6 +116,7 @@ impl Gateway {
             sessions,
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
             turns: Arc::new(tokio::sync::Semaphore::new(MAX_TURNS_AT_ONCE)),
+            retrievals: Arc::new(tokio::sync::Semaphore::new(MAX_RETRIEVALS_AT_ONCE)),
             shutdown: CancellationToken::new(),
         })
     }
@@ -171,18 +180,15 @@ impl Gateway {
             .spares
             .set(self.sandbox.as_ref().and_then(|s| self.host.spares(s)));
         let stop = self.shutdown.clone();
-        let guard = Guard::new(
-            listener.local_addr()?.ip().is_loopback(),
+        let guard = Guard::at(
+            listener.local_addr()?,
             &self.host.config.server.allowed_origins,
+            refused,
         );
-        let app = self
-            .router()
-            .layer(axum::middleware::from_fn(move |request, next| {
-                guarded(guard.clone(), request, next)
-            }));
         let served = crate::host::serve::serve(
             listener,
-            app,
+            self.router(),
+            guard,
             crate::host::serve::Limits::of(&self.host.config.server),
             async move { stop.cancelled().await },
         )
@@ -203,6 +209,23 @@ impl Gateway {
                 format!("{MAX_TURNS_AT_ONCE} requests are in flight, the most this gateway runs at once; retry shortly"),
             )
             .code("too_many_requests")
+        })
+    }
+
+    /// A place to send a stored response: one among the requests in flight and one among
+    /// the retrievals, or a 429.
+    pub(super) fn admit_retrieval(&self) -> Result<Admitted, ApiError> {
+        let request = self.admit()?;
+        let retrieval = Arc::clone(&self.retrievals).try_acquire_owned().map_err(|_| {
+            ApiError::rejected(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                format!("{MAX_RETRIEVALS_AT_ONCE} stored responses are being sent, the most this gateway sends at once; retry shortly"),
+            )
+            .code("too_many_requests")
+        })?;
+        Ok(Admitted {
+            _request: request,
+            _retrieval: retrieval,
         })
     }
 
@@ -240,16 +263,9 @@ impl Gateway {
     }
 }
 
-/// `request` on to its route, unless [`Guard`] refuses it: then OpenAI's error shape.
-async fn guarded(
-    guard: Guard,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    match guard.check(request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(refused) => ApiError::rejected(refused.status, refused.message).into_response(),
-    }
+/// A request the [`Guard`] refused, in OpenAI's error shape.
+fn refused(refusal: crate::host::guard::Refusal) -> Response {
+    ApiError::rejected(refusal.status, refusal.message).into_response()
 }
 
 /// The provider's models, or the configured model when it lists none (or cannot be
@@ -274,13 +290,27 @@ async fn listed(gw: &Gateway) -> Vec<Value> {
     }
 }
 
-/// `GET /v1/models`.
+/// Places a request holds while it is answered ([`Gateway::admit_retrieval`]).
+pub(super) struct Admitted {
+    _request: tokio::sync::OwnedSemaphorePermit,
+    _retrieval: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// `GET /v1/models`: admitted like any request, since it may ask the provider.
 async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+    let _admitted = match gw.admit() {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
     Json(json!({"object": "list", "data": Value::Array(listed(&gw).await)})).into_response()
 }
 
 /// `GET /v1/models/{id}`: one model of the list; one it does not hold is a 404.
 async fn model(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+    let _admitted = match gw.admit() {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
     match listed(&gw)
         .await
         .into_iter()

@@ -116,11 +116,17 @@ struct Streaming<E> {
     encoder: E,
 }
 
-/// Events known in full (a stored response replayed), as one streamed answer.
-pub fn replay(frames: Vec<Bytes>) -> Response {
-    // Frame by frame, not one buffer of them all: each written frame is freed, and a
-    // client that reads nothing is dropped by the server's write timeout.
-    let frames = futures::stream::iter(frames.into_iter().map(Ok::<_, std::convert::Infallible>));
+/// Events made one at a time as the client reads them (a stored response replayed), as
+/// one streamed answer; `held` (a place among the requests answered at once) is let go
+/// when the last is sent or the client goes.
+pub fn replay(
+    frames: impl Iterator<Item = Bytes> + Send + 'static,
+    held: impl Send + Sync + 'static,
+) -> Response {
+    let frames = futures::stream::iter(frames.map(move |frame| {
+        let _held = &held;
+        Ok::<_, Infallible>(frame)
+    }));
     sse_response(Body::from_stream(frames))
 }
 

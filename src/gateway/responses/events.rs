@@ -13,8 +13,10 @@ use serde_json::{Value, json};
 use super::{Answer, function_call, has_message};
 use crate::agent::TurnOutcome;
 use crate::gateway::errors::ApiError;
+use crate::gateway::json::Budget;
 use crate::gateway::server::Gateway;
 use crate::gateway::sse::{Encoder, event};
+use crate::gateway::store::StoredResponse;
 
 /// The Responses event stream of one turn.
 pub(super) struct ResponsesStream {
@@ -159,93 +161,179 @@ impl Encoder for ResponsesStream {
 /// The events of a stored response, as a stream that built it would have sent them: each
 /// output item added, its text or arguments whole, done; the response completed. Those
 /// with a sequence number up to `after` are left out.
-pub(super) fn replay(body: &Value, after: Option<u64>) -> Vec<Bytes> {
-    let mut events: Vec<(String, Value)> = Vec::new();
-    let mut start = body.clone();
-    start["status"] = json!("in_progress");
-    start["output"] = json!([]);
-    start["usage"] = Value::Null;
-    events.push(("response.created".into(), json!({"response": start})));
-    events.push(("response.in_progress".into(), json!({"response": start})));
-    let output = body["output"].as_array().cloned().unwrap_or_default();
-    for (index, item) in output.iter().enumerate() {
-        let id = item["id"].clone();
-        let mut added = item.clone();
-        added["status"] = json!("in_progress");
-        match item["type"].as_str() {
-            Some("message") => {
-                added["content"] = json!([]);
-                events.push((
-                    "response.output_item.added".into(),
-                    json!({"output_index": index, "item": added}),
-                ));
-                let parts = item["content"].as_array().cloned().unwrap_or_default();
-                for (part_index, part) in parts.iter().enumerate() {
-                    let text = part["text"].as_str().unwrap_or_default();
-                    let at =
-                        json!({"item_id": id, "output_index": index, "content_index": part_index});
-                    let with = |mut v: Value, extra: Value| {
-                        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
-                            v.extend(extra.clone());
-                        }
-                        v
-                    };
-                    events.push((
-                        "response.content_part.added".into(),
-                        with(
-                            at.clone(),
-                            json!({"part": {"type": "output_text", "text": "", "annotations": []}}),
-                        ),
-                    ));
-                    events.push((
-                        "response.output_text.delta".into(),
-                        with(at.clone(), json!({"delta": text, "logprobs": []})),
-                    ));
-                    events.push((
-                        "response.output_text.done".into(),
-                        with(at.clone(), json!({"text": text, "logprobs": []})),
-                    ));
-                    events.push((
-                        "response.content_part.done".into(),
-                        with(at, json!({"part": part})),
-                    ));
-                }
+///
+/// Made one at a time as the client reads them: the response opens and ends the stream
+/// (`response.created`, `response.in_progress`, `response.completed`), so building them
+/// ahead held the echoed request three times over for as long as a slow client took.
+/// The stored text is read once, its top level as raw text (the opening events are that
+/// text with `status`, `output` and `usage` replaced; the last is the text itself), its
+/// `output` items as values.
+pub(super) fn replay(
+    stored: Arc<StoredResponse>,
+    after: Option<u64>,
+) -> Result<impl Iterator<Item = Bytes> + Send + 'static, String> {
+    let Fields(fields) = Budget::default().parse::<Fields>(stored.body())?;
+    let mut output: Vec<Value> = Vec::new();
+    let mut start = String::from("{");
+    for (key, raw) in &fields {
+        let value = match key.as_str() {
+            "status" => r#""in_progress""#,
+            "output" => {
+                output = Budget::default().parse(raw.get())?;
+                "[]"
             }
-            Some("function_call") => {
-                added["arguments"] = json!("");
-                events.push((
-                    "response.output_item.added".into(),
-                    json!({"output_index": index, "item": added}),
-                ));
-                let arguments = item["arguments"].clone();
-                events.push((
-                    "response.function_call_arguments.delta".into(),
-                    json!({"item_id": id, "output_index": index, "delta": arguments}),
-                ));
-                events.push((
-                    "response.function_call_arguments.done".into(),
-                    json!({"item_id": id, "output_index": index, "name": item["name"], "arguments": arguments}),
-                ));
-            }
-            _ => events.push((
-                "response.output_item.added".into(),
-                json!({"output_index": index, "item": added}),
-            )),
+            "usage" => "null",
+            _ => raw.get(),
+        };
+        if start.len() > 1 {
+            start.push(',');
         }
-        events.push((
-            "response.output_item.done".into(),
-            json!({"output_index": index, "item": item}),
-        ));
+        start.push_str(&Value::String(key.clone()).to_string());
+        start.push(':');
+        start.push_str(value);
     }
-    events.push(("response.completed".into(), json!({"response": body})));
-    events
+    start.push('}');
+    drop(fields);
+    let start = Arc::new(start);
+    let opening = ["response.created", "response.in_progress"]
+        .into_iter()
+        .map(move |kind| Replayed::Response(kind, Arc::clone(&start)));
+    let items = output
         .into_iter()
         .enumerate()
-        .filter(|(n, _)| after.is_none_or(|a| *n as u64 > a))
-        .map(|(n, (kind, mut data))| {
-            data["type"] = json!(kind);
-            data["sequence_number"] = json!(n);
-            event(Some(&kind), &data)
-        })
-        .collect()
+        .flat_map(|(index, item)| item_events(index, item));
+    let completed = std::iter::once(Replayed::Completed(stored));
+    Ok(opening
+        .chain(items)
+        .chain(completed)
+        .enumerate()
+        .filter(move |(n, _)| after.is_none_or(|a| *n as u64 > a))
+        .map(|(n, event)| event.frame(n)))
+}
+
+/// One replayed event, not yet written out.
+enum Replayed {
+    /// An event whose data is `{"response": <text>}`.
+    Response(&'static str, Arc<String>),
+    /// `response.completed`, whose response is the stored text itself.
+    Completed(Arc<StoredResponse>),
+    Item(&'static str, Value),
+}
+
+impl Replayed {
+    fn frame(self, sequence: usize) -> Bytes {
+        match self {
+            Replayed::Item(kind, mut data) => {
+                data["type"] = json!(kind);
+                data["sequence_number"] = json!(sequence);
+                event(Some(kind), &data)
+            }
+            Replayed::Response(kind, response) => response_frame(kind, &response, sequence),
+            Replayed::Completed(stored) => {
+                response_frame("response.completed", stored.body(), sequence)
+            }
+        }
+    }
+}
+
+fn response_frame(kind: &str, response: &str, sequence: usize) -> Bytes {
+    Bytes::from(format!(
+        "event: {kind}\ndata: {{\"response\":{response},\"type\":\"{kind}\",\"sequence_number\":{sequence}}}\n\n"
+    ))
+}
+
+/// The events of output item `index`, from added to done.
+fn item_events(index: usize, item: Value) -> Vec<Replayed> {
+    let mut events = Vec::new();
+    let id = item["id"].clone();
+    let mut added = item.clone();
+    added["status"] = json!("in_progress");
+    match item["type"].as_str() {
+        Some("message") => {
+            added["content"] = json!([]);
+            events.push(Replayed::Item(
+                "response.output_item.added",
+                json!({"output_index": index, "item": added}),
+            ));
+            let parts = item["content"].as_array().cloned().unwrap_or_default();
+            for (part_index, part) in parts.iter().enumerate() {
+                let text = part["text"].as_str().unwrap_or_default();
+                let at = |extra: Value| {
+                    let mut v =
+                        json!({"item_id": id, "output_index": index, "content_index": part_index});
+                    if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+                        v.extend(extra.clone());
+                    }
+                    v
+                };
+                events.push(Replayed::Item(
+                    "response.content_part.added",
+                    at(json!({"part": {"type": "output_text", "text": "", "annotations": []}})),
+                ));
+                events.push(Replayed::Item(
+                    "response.output_text.delta",
+                    at(json!({"delta": text, "logprobs": []})),
+                ));
+                events.push(Replayed::Item(
+                    "response.output_text.done",
+                    at(json!({"text": text, "logprobs": []})),
+                ));
+                events.push(Replayed::Item(
+                    "response.content_part.done",
+                    at(json!({"part": part})),
+                ));
+            }
+        }
+        Some("function_call") => {
+            added["arguments"] = json!("");
+            events.push(Replayed::Item(
+                "response.output_item.added",
+                json!({"output_index": index, "item": added}),
+            ));
+            let arguments = item["arguments"].clone();
+            events.push(Replayed::Item(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": arguments}),
+            ));
+            events.push(Replayed::Item(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": index, "name": item["name"], "arguments": arguments}),
+            ));
+        }
+        _ => events.push(Replayed::Item(
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        )),
+    }
+    events.push(Replayed::Item(
+        "response.output_item.done",
+        json!({"output_index": index, "item": item}),
+    ));
+    events
+}
+
+/// A JSON object's members in order, each value as its raw text.
+struct Fields(Vec<(String, Box<serde_json::value::RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Fields, A::Error> {
+                let mut out = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    out.push(member);
+                }
+                Ok(Fields(out))
+            }
+        }
+        deserializer.deserialize_map(Members)
+    }
 }
