@@ -168,6 +168,40 @@ fn sessions_are_bounded_and_hold_no_file_open_between_turns() {
 }
 
 #[test]
+fn refused_requests_push_no_session_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = mock(dir.path(), None);
+    let (_gw, url) = gateway_with(
+        &format!("{mock_url}/v1"),
+        dir.path(),
+        "[gateway]\nsessions = 2\n",
+    );
+    let say = |key: &str, input: Value| {
+        post(
+            &url,
+            "/v1/responses",
+            &json!({"input": input, "metadata": {"session_key": key}, "store": false}),
+        )
+    };
+    let (status, body) = say("victim", json!("remember the apple"));
+    assert_eq!(status, 200, "{body}");
+    // Each names a new session and is refused after its key was read: a result
+    // answering no call.
+    for i in 0..50 {
+        let orphan = json!([{"type": "function_call_output", "call_id": "c1", "output": "x"}]);
+        let (status, body) = say(&format!("flood-{i}"), orphan);
+        assert_eq!(status, 400, "{body}");
+    }
+    let (status, body) = say("victim", json!("what did I say?"));
+    assert_eq!(status, 200, "{body}");
+    let last = recorded(dir.path()).pop().unwrap();
+    assert!(
+        last.contains("remember the apple"),
+        "refused requests evicted a session: {last}"
+    );
+}
+
+#[test]
 fn chat_neither_reads_nor_writes_a_sessions_history() {
     let dir = tempfile::tempdir().unwrap();
     let (_mock, mock_url) = mock(dir.path(), None);

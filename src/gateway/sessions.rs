@@ -12,6 +12,10 @@
 //!
 //! A session some request holds — waiting for its turn or running it — is never evicted,
 //! so its turns stay one at a time; its turn writes the history into that same session.
+//! A new key's session is kept only once a request of it is known valid
+//! ([`Sessions::keep`]): until then it is found by its key, so two first requests still
+//! take turns, but it counts for nothing and evicts nothing, so requests that are refused
+//! cannot push other clients' sessions out.
 //!
 //! A request without a key gets a session of its own, not kept: `gw-<run>-<n>`, where
 //! `<run>` is random per gateway start; all such requests of one start log to one file,
@@ -19,8 +23,9 @@
 //! first event, which a refused request never writes; the state directory keeps at most
 //! [`MAX_SESSION_FILES`] logs of [`MAX_SESSION_LOG_BYTES`] together.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -84,9 +89,15 @@ struct Slot {
     history: String,
 }
 
+/// Sessions of not yet valid requests past which the dead ones are swept out: live
+/// ones are at most the requests in flight.
+const OPENING_SWEEP: usize = 1024;
+
 /// The named sessions of one gateway.
 pub struct Sessions {
     kept: Mutex<Kept<String, Slot>>,
+    /// Sessions of keys not kept, while some request holds them. Locked inside `kept`.
+    opening: Mutex<HashMap<String, Weak<Session>>>,
     /// Random per start: the `<run>` of generated keys.
     run: String,
     generated: AtomicU64,
@@ -104,6 +115,7 @@ impl Sessions {
                 Kept::new(max_sessions, HISTORY_MAX_BYTES, max_idle)
                     .pinned(|slot: &Slot| Arc::strong_count(&slot.session) > 1),
             ),
+            opening: Mutex::new(HashMap::new()),
             run: run[..8].to_string(),
             generated: AtomicU64::new(0),
             opened: AtomicU64::new(0),
@@ -129,22 +141,41 @@ impl Sessions {
         format!("{}{}-{n}", super::server::GENERATED_KEY_PREFIX, self.run)
     }
 
-    /// The session `key` names, new when there is none (or it was evicted).
-    pub fn get_or_open(&self, key: &str) -> Arc<Session> {
+    /// The session `key` names: the kept one, or one a request of that key not yet known
+    /// valid holds, or a new one, not kept until [`Sessions::keep`].
+    pub fn find(&self, key: &str) -> Arc<Session> {
         let mut kept = self.kept.lock();
         if let Some(slot) = kept.touch(key) {
             return Arc::clone(&slot.session);
         }
+        let mut opening = self.opening.lock();
+        if let Some(session) = opening.get(key).and_then(Weak::upgrade) {
+            return session;
+        }
+        if opening.len() >= OPENING_SWEEP {
+            opening.retain(|_, s| s.strong_count() > 0);
+        }
         let session = Arc::new(Session::new());
+        opening.insert(key.to_string(), Arc::downgrade(&session));
+        session
+    }
+
+    /// Keeps `session` as the one `key` names, now that a request of it is valid (kept
+    /// already: only marked used).
+    pub fn keep(&self, key: &str, session: &Arc<Session>) {
+        let mut kept = self.kept.lock();
+        if kept.touch(key).is_some() {
+            return;
+        }
         kept.insert(
             key.to_string(),
             Slot {
-                session: Arc::clone(&session),
+                session: Arc::clone(session),
                 history: String::new(),
             },
             key.len() + SESSION_BYTES,
         );
-        session
+        self.opening.lock().remove(key);
     }
 
     /// The session's conversation so far (none once it was evicted), read within the
@@ -182,6 +213,14 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session as a valid request gets it.
+    fn open(sessions: &Sessions, key: &str) -> Arc<Session> {
+        let session = sessions.find(key);
+        sessions.keep(key, &session);
+        session
+    }
+
     fn said(text: &str) -> Vec<Message> {
         vec![Message::User {
             content: text.into(),
@@ -191,20 +230,20 @@ mod tests {
     #[test]
     fn sessions_are_bounded_by_count_and_the_least_recent_goes_with_its_history() {
         let sessions = Sessions::new(2, Duration::from_secs(60));
-        let a = sessions.get_or_open("a");
+        let a = open(&sessions, "a");
         sessions.remember("a", &a, &said("from a"));
-        drop(sessions.get_or_open("b"));
+        drop(open(&sessions, "b"));
         // `a` used again: `b` is now the least recent.
-        let again = sessions.get_or_open("a");
+        let again = open(&sessions, "a");
         assert!(Arc::ptr_eq(&a, &again), "one session, one dispatcher");
         drop((a, again));
-        drop(sessions.get_or_open("c"));
+        drop(open(&sessions, "c"));
         assert_eq!(sessions.size().0, 2);
         assert_eq!(
             sessions.history("a", &mut Budget::default()).unwrap(),
             said("from a")
         );
-        let b = sessions.get_or_open("b");
+        let b = open(&sessions, "b");
         assert_eq!(b.next_turn(), 0, "b was forgotten and opened anew");
         assert!(
             sessions
@@ -217,7 +256,7 @@ mod tests {
     #[test]
     fn an_idle_session_expires_and_histories_count_their_bytes() {
         let sessions = Sessions::new(10, Duration::ZERO);
-        let a = sessions.get_or_open("a");
+        let a = open(&sessions, "a");
         sessions.remember("a", &a, &said("x"));
         drop(a);
         std::thread::sleep(Duration::from_millis(2));
@@ -228,7 +267,7 @@ mod tests {
                 .is_empty()
         );
         let sessions = Sessions::new(10, Duration::from_secs(60));
-        let a = sessions.get_or_open("a");
+        let a = open(&sessions, "a");
         sessions.remember("a", &a, &said(&"y".repeat(1000)));
         let (n, bytes) = sessions.size();
         assert_eq!(n, 1);
@@ -241,11 +280,11 @@ mod tests {
     #[test]
     fn a_session_in_use_is_never_evicted_and_takes_only_its_own_history() {
         let sessions = Sessions::new(1, Duration::ZERO);
-        let victim = sessions.get_or_open("victim");
+        let victim = open(&sessions, "victim");
         // Over the count and past its idle time while held: it stays.
-        drop(sessions.get_or_open("other"));
+        drop(open(&sessions, "other"));
         std::thread::sleep(Duration::from_millis(2));
-        let again = sessions.get_or_open("victim");
+        let again = open(&sessions, "victim");
         assert!(
             Arc::ptr_eq(&victim, &again),
             "a session in use was replaced"
@@ -254,7 +293,7 @@ mod tests {
         let stale = Arc::new(Session::new());
         sessions.remember("victim", &stale, &said("stale"));
         let sessions2 = Sessions::new(1, Duration::from_secs(60));
-        let kept = sessions2.get_or_open("k");
+        let kept = open(&sessions2, "k");
         sessions2.remember("k", &stale, &said("stale"));
         assert!(
             sessions2
@@ -279,5 +318,44 @@ mod tests {
         assert!(a.starts_with("gw-") && a.ends_with("-0"), "{a}");
         assert_ne!(a, b);
         assert_ne!(one.generated_key(), a);
+    }
+
+    #[test]
+    fn refused_requests_keep_nothing_and_evict_no_one() {
+        let sessions = Sessions::new(2, Duration::from_secs(60));
+        let victim = open(&sessions, "victim");
+        sessions.remember("victim", &victim, &said("mine"));
+        drop(victim);
+        // Requests that are refused find a session and drop it, never keeping it.
+        for i in 0..5000 {
+            drop(sessions.find(&format!("bad-{i}")));
+        }
+        assert_eq!(sessions.size().0, 1);
+        assert!(sessions.opening.lock().len() <= OPENING_SWEEP);
+        assert_eq!(
+            sessions.history("victim", &mut Budget::default()).unwrap(),
+            said("mine")
+        );
+    }
+
+    #[test]
+    fn two_first_requests_of_a_key_share_one_session() {
+        let sessions = Sessions::new(2, Duration::from_secs(60));
+        let first = sessions.find("k");
+        let second = sessions.find("k");
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "their turns would not take turns"
+        );
+        sessions.keep("k", &first);
+        assert!(Arc::ptr_eq(&sessions.find("k"), &first));
+        // Once every holder is gone without keeping it, the key starts afresh.
+        let fresh = Sessions::new(2, Duration::from_secs(60));
+        assert_eq!(fresh.find("z").next_turn(), 0);
+        assert_eq!(
+            fresh.find("z").next_turn(),
+            0,
+            "a dropped, unkept session lived on"
+        );
     }
 }

@@ -156,8 +156,9 @@ impl Gateway {
             ))
             .param("tools"));
         }
+        // Found, not kept: it is kept below, once the request is known valid.
         let session = if keyed {
-            self.sessions.get_or_open(&key)
+            self.sessions.find(&key)
         } else {
             Arc::new(Session::new())
         };
@@ -206,8 +207,11 @@ impl Gateway {
             tracing::error!("preparing a gateway turn failed: {e}");
             ApiError::internal("the turn failed inside the gateway; see its log")
         })??;
-        // Made only now, once the request is known to be valid: its first event creates
-        // the session's log file.
+        // Kept, and its dispatcher made, only now that the request is known valid: its
+        // first event creates the session's log file.
+        if keyed {
+            self.sessions.keep(&key, &session);
+        }
         let dispatcher = session.dispatcher(|| self.new_dispatcher(&key, keyed))?;
         // Whichever way this request ends, the session's file is closed again.
         let log_open = LogOpen(Arc::clone(&dispatcher));
