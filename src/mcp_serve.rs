@@ -218,40 +218,44 @@ impl McpHost {
         use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
         let stop = tokio_util::sync::CancellationToken::new();
         let host = Arc::clone(&self);
+        let bounded = Arc::new(sessions::Bounded::new(sessions::MAX_SESSIONS));
         let service = StreamableHttpService::new(
             move || Ok(Handler(Arc::clone(&host))),
-            Arc::new(sessions::Bounded::new(sessions::MAX_SESSIONS)),
+            Arc::clone(&bounded),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
         // rmcp checks the Host too; the shared guard adds Origin and Content-Type.
-        let guard = crate::host::guard::Guard::new(
+        let guard = crate::host::guard::Guard::at(
             listener
                 .local_addr()
-                .map_err(|e| Error::Serve(e.to_string()))?
-                .ip()
-                .is_loopback(),
+                .map_err(|e| Error::Serve(e.to_string()))?,
             &self.parts.config.server.allowed_origins,
+            crate::host::guard::Guard::plain,
         );
+        // A new session when none can be made: 503, not rmcp's 500 for a failed one.
         let app =
             axum::Router::new()
                 .route_service("/mcp", service)
                 .layer(axum::middleware::from_fn(
                     move |request: axum::extract::Request, next: axum::middleware::Next| {
-                        let checked = guard.check(request.method(), request.headers());
+                        let full = request.method() == axum::http::Method::POST
+                            && !request.headers().contains_key("mcp-session-id")
+                            && bounded.full();
                         async move {
-                            match checked {
-                                Ok(()) => next.run(request).await,
-                                Err(refused) => axum::response::IntoResponse::into_response((
-                                    refused.status,
-                                    refused.message,
-                                )),
+                            if full {
+                                return axum::response::IntoResponse::into_response((
+                                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                    [(axum::http::header::RETRY_AFTER, "5")],
+                                    sessions::SessionsError::Full.to_string(),
+                                ));
                             }
+                            next.run(request).await
                         }
                     },
                 ));
         let stopping = stop.clone();
         let limits = crate::host::serve::Limits::of(&self.parts.config.server);
-        crate::host::serve::serve(listener, app, limits, async move {
+        crate::host::serve::serve(listener, app, guard, limits, async move {
             shutdown.await;
             stopping.cancel();
         })

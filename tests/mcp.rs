@@ -714,12 +714,13 @@ async fn mcp_post(
 }
 
 #[test]
-fn mcp_serve_keeps_a_bounded_number_of_sessions_the_least_recent_going_first() {
+fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
     let (_dir, config) = config_with("");
     let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "flood", "version": "1"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -727,18 +728,80 @@ fn mcp_serve_keeps_a_bounded_number_of_sessions_the_least_recent_going_first() {
         .unwrap()
         .block_on(async {
             let client = reqwest::Client::new();
-            let mut ids = Vec::new();
-            // Well over the bound (256), as one client can in a second.
+            // A client's session, past its handshake.
+            let (status, victim) = mcp_post(&client, &url, None, initialize.clone()).await;
+            assert_eq!(status, 200);
+            let victim = victim.expect("a session id");
+            let (status, _) = mcp_post(&client, &url, Some(&victim), initialized.clone()).await;
+            assert_eq!(status, 202);
+
+            // Bare `initialize`s, well over the bound (256): they push out their own kind.
+            let mut bare = Vec::new();
             for _ in 0..300 {
                 let (status, id) = mcp_post(&client, &url, None, initialize.clone()).await;
                 assert_eq!(status, 200);
-                ids.push(id.expect("a session id"));
+                bare.push(id.expect("a session id"));
             }
-            let (first, last) = (&ids[0], &ids[ids.len() - 1]);
-            let (status, _) = mcp_post(&client, &url, Some(first), ping.clone()).await;
-            assert_eq!(status, 404, "the oldest of 300 sessions is still open");
-            let (status, _) = mcp_post(&client, &url, Some(last), ping.clone()).await;
-            assert_ne!(status, 404, "the newest session was closed");
+            let (status, _) = mcp_post(&client, &url, Some(&bare[0]), ping.clone()).await;
+            assert_eq!(status, 404, "the oldest bare session is still open");
+            let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
+            assert_eq!(status, 200, "bare initializes closed a client's session");
+
+            // Sessions that finish their handshake are kept: once all places are
+            // taken, a new one is refused, and no established session goes.
+            let mut refused = None;
+            for n in 0..300 {
+                let r = client
+                    .post(&url)
+                    .header("accept", "application/json, text/event-stream")
+                    .json(&initialize)
+                    .send()
+                    .await
+                    .unwrap();
+                if r.status().as_u16() == 503 {
+                    assert!(r.headers().contains_key("retry-after"));
+                    refused = Some(n);
+                    break;
+                }
+                assert_eq!(r.status().as_u16(), 200);
+                let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+                let (status, _) = mcp_post(&client, &url, Some(&id), initialized.clone()).await;
+                assert_eq!(status, 202);
+            }
+            assert_eq!(refused, Some(255), "the 257th session was not refused");
+            let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
+            assert_eq!(status, 200, "a session in use was closed for a new one");
+
+            // A session holds at most 4 GET streams; each holds a connection.
+            let stream = || {
+                client
+                    .get(&url)
+                    .header("accept", "text/event-stream")
+                    .header("mcp-session-id", &victim)
+                    .send()
+            };
+            let mut streams = Vec::new();
+            for _ in 0..4 {
+                let r = stream().await.unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                streams.push(r);
+            }
+            let fifth = stream().await.unwrap();
+            assert_ne!(fifth.status().as_u16(), 200, "a fifth stream was opened");
+            let text = fifth.text().await.unwrap();
+            assert!(text.contains("4 streams"), "{text}");
+            drop(streams.pop());
+            let mut again = None;
+            for _ in 0..100 {
+                let r = stream().await.unwrap();
+                if r.status().as_u16() == 200 {
+                    again = Some(r);
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            assert!(again.is_some(), "a closed stream's place never came back");
+
             // A web page is refused before any session is made.
             let r = client
                 .post(&url)

@@ -1,14 +1,26 @@
 //! The sessions of `mcp serve --listen`, bounded: rmcp's local session manager keeps
 //! every session until it has been idle for its keep-alive (5 minutes), and one costs
-//! ~70 KB, so a client making them as fast as it can held gigabytes. At most
-//! [`MAX_SESSIONS`] live here; opening one more closes the least recently used first.
+//! ~70 KB, so a client making them as fast as it can held gigabytes.
+//!
+//! A session is *opening* from its `initialize` until its client says
+//! `notifications/initialized` (or asks anything else); then it is *established*. Only
+//! opening sessions are ever closed to make room: a client that sends bare `initialize`
+//! requests pushes out its own kind, never a session some client is using. At most
+//! [`MAX_SESSIONS`] sessions are open; when all are established (or opening and busy), a
+//! new `initialize` is refused with `503` until one closes (its client's `DELETE`, or
+//! rmcp's keep-alive). A session answering a request, or holding a stream, is never
+//! closed here. Each session may hold at most [`MAX_STREAMS`] GET streams (standalone or
+//! resumed) at once: every stream holds one of the server's connections.
+//!
 //! A client whose session was closed gets 404 on its next request with that
 //! `Mcp-Session-Id` — the MCP answer to an unknown session — and starts a new one
 //! (the SDKs re-initialize).
 
-use std::num::NonZeroUsize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::SessionManager;
@@ -20,51 +32,169 @@ use rmcp::transport::streamable_http_server::session::{ServerSseMessage, Session
 /// Sessions open at once: a handful of agents each hold one; the bound is ~20 MB.
 pub const MAX_SESSIONS: usize = 256;
 
+/// GET streams one session may hold at once.
+pub const MAX_STREAMS: usize = 4;
+
+/// Why the manager refused, or what rmcp's manager said.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionsError {
+    #[error(
+        "{MAX_SESSIONS} MCP sessions are open and in use, the most this server keeps; retry when one closes"
+    )]
+    Full,
+    #[error("this session holds {MAX_STREAMS} streams already, the most one may hold at once")]
+    TooManyStreams,
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+}
+
+#[derive(Debug)]
+struct Entry {
+    established: bool,
+    /// Requests being answered and streams open.
+    busy: usize,
+    streams: usize,
+    used: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<SessionId, Entry>,
+}
+
+impl Table {
+    /// The opening session to close for a new one: not busy, least recently used.
+    fn victim(&self) -> Option<SessionId> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| !e.established && e.busy == 0)
+            .min_by_key(|(_, e)| e.used)
+            .map(|(id, _)| id.clone())
+    }
+
+    fn touch(&mut self, id: &SessionId, established: bool) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.used = Instant::now();
+            e.established |= established;
+        }
+    }
+}
+
 /// [`LocalSessionManager`] within [`MAX_SESSIONS`]; see the module documentation.
 pub struct Bounded {
     inner: LocalSessionManager,
-    /// Session ids, least recently used last out.
-    used: Mutex<lru::LruCache<SessionId, ()>>,
-    max: NonZeroUsize,
+    table: Arc<Mutex<Table>>,
+    max: usize,
+}
+
+/// Marks its session busy while it lives: a request being answered, or a stream.
+struct Busy {
+    table: Arc<Mutex<Table>>,
+    id: SessionId,
+    stream: bool,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Some(e) = self.table.lock().entries.get_mut(&self.id) {
+            e.busy = e.busy.saturating_sub(1);
+            if self.stream {
+                e.streams = e.streams.saturating_sub(1);
+            }
+            e.used = Instant::now();
+        }
+    }
 }
 
 impl Bounded {
     pub fn new(max: usize) -> Self {
-        let max = NonZeroUsize::new(max).unwrap_or(NonZeroUsize::MIN);
         Bounded {
             inner: LocalSessionManager::default(),
-            used: Mutex::new(lru::LruCache::unbounded()),
-            max,
+            table: Arc::new(Mutex::new(Table::default())),
+            max: max.max(1),
         }
     }
 
-    fn touch(&self, id: &SessionId) {
-        self.used.lock().promote(id);
+    /// Whether a new session would be refused now (checked again when it is made).
+    pub fn full(&self) -> bool {
+        let table = self.table.lock();
+        table.entries.len() >= self.max && table.victim().is_none()
+    }
+
+    /// Marks `id` busy (and counts a stream) until the guard drops, or refuses a stream
+    /// over [`MAX_STREAMS`].
+    fn busy(&self, id: &SessionId, stream: bool) -> Result<Busy, SessionsError> {
+        let mut table = self.table.lock();
+        if let Some(e) = table.entries.get_mut(id) {
+            if stream && e.streams >= MAX_STREAMS {
+                return Err(SessionsError::TooManyStreams);
+            }
+            e.busy += 1;
+            e.streams += usize::from(stream);
+            e.used = Instant::now();
+            e.established = true;
+        }
+        Ok(Busy {
+            table: Arc::clone(&self.table),
+            id: id.clone(),
+            stream,
+        })
+    }
+
+    /// Forgets sessions rmcp has closed itself (idle past its keep-alive).
+    async fn sweep(&self) {
+        let ids: Vec<SessionId> = self.table.lock().entries.keys().cloned().collect();
+        for id in ids {
+            if !matches!(self.inner.has_session(&id).await, Ok(true)) {
+                self.table.lock().entries.remove(&id);
+            }
+        }
     }
 }
 
+/// `stream`, holding `busy` until it ends or its client goes.
+fn holding<S: Stream<Item = ServerSseMessage> + Send + Sync + 'static>(
+    stream: S,
+    busy: Busy,
+) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
+    stream.map(move |m| {
+        let _busy = &busy;
+        m
+    })
+}
+
 impl SessionManager for Bounded {
-    type Error = LocalSessionManagerError;
+    type Error = SessionsError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let oldest: Vec<SessionId> = {
-            let mut used = self.used.lock();
-            let mut out = Vec::new();
-            while used.len() >= self.max.get() {
-                match used.pop_lru() {
-                    Some((id, ())) => out.push(id),
-                    None => break,
-                }
+        if self.table.lock().entries.len() >= self.max {
+            self.sweep().await;
+        }
+        let victim = {
+            let mut table = self.table.lock();
+            if table.entries.len() < self.max {
+                None
+            } else {
+                let victim = table.victim().ok_or(SessionsError::Full)?;
+                table.entries.remove(&victim);
+                Some(victim)
             }
-            out
         };
-        for id in oldest {
+        if let Some(id) = victim {
             // Already gone (idle, or closed by its client) is fine.
             let _ = self.inner.close_session(&id).await;
         }
         let (id, transport) = self.inner.create_session().await?;
-        self.used.lock().put(id.clone(), ());
+        self.table.lock().entries.insert(
+            id.clone(),
+            Entry {
+                established: false,
+                busy: 0,
+                streams: 0,
+                used: Instant::now(),
+            },
+        );
         Ok((id, transport))
     }
 
@@ -73,23 +203,24 @@ impl SessionManager for Bounded {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.touch(id);
-        self.inner.initialize_session(id, message).await
+        let _busy = self.busy_opening(id);
+        Ok(self.inner.initialize_session(id, message).await?)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
         let has = self.inner.has_session(id).await?;
+        let mut table = self.table.lock();
         if has {
-            self.touch(id);
+            table.touch(id, false);
         } else {
-            self.used.lock().pop(id);
+            table.entries.remove(id);
         }
         Ok(has)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.used.lock().pop(id);
-        self.inner.close_session(id).await
+        self.table.lock().entries.remove(id);
+        Ok(self.inner.close_session(id).await?)
     }
 
     async fn create_stream(
@@ -97,8 +228,9 @@ impl SessionManager for Bounded {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.touch(id);
-        self.inner.create_stream(id, message).await
+        let busy = self.busy(id, false)?;
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(holding(stream, busy))
     }
 
     async fn accept_message(
@@ -106,16 +238,18 @@ impl SessionManager for Bounded {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
-        self.touch(id);
-        self.inner.accept_message(id, message).await
+        // `notifications/initialized`, or any message past `initialize`: a client is there.
+        self.table.lock().touch(id, true);
+        Ok(self.inner.accept_message(id, message).await?)
     }
 
     async fn create_standalone_stream(
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.touch(id);
-        self.inner.create_standalone_stream(id).await
+        let busy = self.busy(id, true)?;
+        let stream = self.inner.create_standalone_stream(id).await?;
+        Ok(holding(stream, busy))
     }
 
     async fn resume(
@@ -123,7 +257,22 @@ impl SessionManager for Bounded {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.touch(id);
-        self.inner.resume(id, last_event_id).await
+        let busy = self.busy(id, true)?;
+        let stream = self.inner.resume(id, last_event_id).await?;
+        Ok(holding(stream, busy))
+    }
+}
+
+impl Bounded {
+    /// Busy while its `initialize` is answered, without marking it established.
+    fn busy_opening(&self, id: &SessionId) -> Busy {
+        if let Some(e) = self.table.lock().entries.get_mut(id) {
+            e.busy += 1;
+        }
+        Busy {
+            table: Arc::clone(&self.table),
+            id: id.clone(),
+            stream: false,
+        }
     }
 }
