@@ -137,21 +137,32 @@ pub fn code(
             .clamp(lo, hi),
     );
     let runtime = host::runtime()?;
-    let sandbox_config = config.sandbox.clone();
+    // The child first, on this thread (its cached probe and calibration take well under a
+    // millisecond; handing them to another thread cost more under load): its start is
+    // the run's critical path, and everything else happens while it starts.
+    let sandbox =
+        Sandbox::from_config(&config.sandbox).map_err(|e| Error::Unavailable(e.message))?;
     let early = runtime.spawn(async move {
-        let sandbox = tokio::task::spawn_blocking(move || Sandbox::from_config(&sandbox_config))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.message)?;
         let child = sandbox.spawn(timeout).await.ok();
-        Ok::<_, String>((sandbox, child))
+        (sandbox, child)
     });
-    let host = Host::load_with(options, config)?;
-    let dispatcher = Arc::new(host.dispatcher(cli_approver(&host, approve)?)?);
+    // The host loads while the child starts, at a lower priority: the child's start is
+    // the run's critical path, and on a two-core machine the two competed for a core
+    // (the child was ready ~1 ms later with the host loading beside it at equal priority).
+    let (_host, dispatcher) = std::thread::scope(|s| {
+        let loading = s.spawn(|| {
+            crate::process::lower_this_thread(10);
+            let host = Host::load_with(options, config)?;
+            let dispatcher = Arc::new(host.dispatcher(cli_approver(&host, approve)?)?);
+            Ok::<_, Error>((host, dispatcher))
+        });
+        loading
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })?;
     let (sandbox, child) = runtime
         .block_on(early)
-        .map_err(|e| Error::Unavailable(e.to_string()))?
-        .map_err(Error::Unavailable)?;
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
     let from = match child {
         Some(child) => code::ChildFrom::Ready(Box::new(child)),
         None => code::ChildFrom::Fresh,

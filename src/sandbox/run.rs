@@ -157,7 +157,6 @@ impl Sandbox {
                 "maxLogLines": l.max_log_lines,
                 "maxBridgeCalls": l.max_bridge_calls,
                 "maxArgBytes": l.max_arg_bytes,
-                "syncTimeoutMs": timeout.as_millis() as u64,
             },
         }))?;
         let timed_out = || {
