@@ -146,20 +146,11 @@ pub fn code(
         let child = sandbox.spawn(timeout).await.ok();
         (sandbox, child)
     });
-    // The host loads while the child starts, at a lower priority: the child's start is
-    // the run's critical path, and on a two-core machine the two competed for a core
-    // (the child was ready ~1 ms later with the host loading beside it at equal priority).
-    let (_host, dispatcher) = std::thread::scope(|s| {
-        let loading = s.spawn(|| {
-            crate::process::lower_this_thread(10);
-            let host = Host::load_with(options, config)?;
-            let dispatcher = Arc::new(host.dispatcher(cli_approver(&host, approve)?)?);
-            Ok::<_, Error>((host, dispatcher))
-        });
-        loading
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })?;
+    // The host loads while the child starts. (Not on a thread of its own at a lower
+    // priority, though that left the child more of a two-core machine: the stdio MCP
+    // servers it starts die with the thread that started them.)
+    let host = Host::load_with(options, config)?;
+    let dispatcher = Arc::new(host.dispatcher(cli_approver(&host, approve)?)?);
     let (sandbox, child) = runtime
         .block_on(early)
         .map_err(|e| Error::Unavailable(e.to_string()))?;

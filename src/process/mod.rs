@@ -25,18 +25,6 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
-/// Lowers the calling thread's scheduling priority by `nice` steps (Linux: a thread's own,
-/// not the process's). Work that can wait — loading the host while a child starts — then
-/// takes only the CPU the child leaves. It cannot be raised again without privileges, so
-/// call it on a thread of its own. Failing changes nothing but timing, so it is ignored.
-pub fn lower_this_thread(nice: i32) {
-    // SAFETY: two system calls on the calling thread's own id; no pointers.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
-    }
-}
-
 /// Asks the kernel to SIGKILL the calling process when the thread that forked it exits.
 /// One raw system call, so it is safe between fork and exec (in `pre_exec`).
 pub(crate) fn die_with_parent() -> io::Result<()> {
