@@ -140,6 +140,113 @@ pub struct McpHost {
 const INSTRUCTIONS: &str = "toolsearch: search a large tool catalog and call tools through it, \
 instead of listing every tool. Start from the tools listed here.";
 
+/// What `mcp serve --listen` reads of a POST before rmcp parses it. rmcp parses any body
+/// under its byte limit whole, and keeps an `initialize`'s parameters for the session's
+/// life: 4 MiB of `[[0],[0],…]` held 700 MB a session. So a body's JSON values are counted
+/// first (a scan, no parse); a body that opens a session (no `Mcp-Session-Id`: an
+/// `initialize`, ~300 bytes from a real client) may have [`MAX_OPENING_BYTES`], any other
+/// [`MAX_REQUEST_BYTES`] and [`MAX_REQUEST_VALUES`] (a tool's arguments; a
+/// `tool_search_code` body is one string value); and at most [`MAX_REQUESTS_AT_ONCE`] are
+/// answered at once (a 503 beyond), each holding its place until its answer is sent.
+pub const MAX_OPENING_BYTES: usize = 16 * 1024;
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_REQUEST_VALUES: usize = 50_000;
+pub const MAX_REQUESTS_AT_ONCE: usize = 32;
+
+/// A refusal of `mcp serve --listen`, as plain text (MCP's HTTP transport has no error
+/// body of its own outside JSON-RPC).
+fn refused(status: axum::http::StatusCode, message: String) -> axum::response::Response {
+    let mut response = axum::response::IntoResponse::into_response((status, message));
+    if status == axum::http::StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("5"),
+        );
+    }
+    response
+}
+
+/// `request` on to rmcp within the bounds above, and those of the sessions (a new one
+/// when none can be made, a stream when none may be opened: 503, not rmcp's 500).
+async fn bounded_request(
+    bounded: Arc<sessions::Bounded>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{Method, StatusCode};
+    let opening = !request.headers().contains_key("mcp-session-id");
+    if request.method() == Method::GET {
+        if !opening && bounded.streams_full() {
+            return refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                sessions::SessionsError::AllStreams.to_string(),
+            );
+        }
+        return next.run(request).await;
+    }
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    if opening && bounded.full() {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            sessions::SessionsError::Full.to_string(),
+        );
+    }
+    let Ok(place) = in_flight.try_acquire_owned() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{MAX_REQUESTS_AT_ONCE} requests are being answered, the most this server answers at once; retry shortly"
+            ),
+        );
+    };
+    let (parts, body) = request.into_parts();
+    let max = if opening {
+        MAX_OPENING_BYTES
+    } else {
+        MAX_REQUEST_BYTES
+    };
+    let bytes = match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request body could not be read within {max} bytes{}: {e}",
+                    if opening {
+                        " (a request that opens a session)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+    };
+    let values = crate::provider::bounded::count_values(&bytes);
+    if values > MAX_REQUEST_VALUES {
+        return refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request holds about {values} JSON values; at most {MAX_REQUEST_VALUES} are read"
+            ),
+        );
+    }
+    let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    let response = next.run(request).await;
+    // The place is held until the answer (often a stream) has been sent.
+    response.map(|body| {
+        axum::body::Body::from_stream(futures::StreamExt::map(
+            body.into_data_stream(),
+            move |chunk| {
+                let _place = &place;
+                chunk
+            },
+        ))
+    })
+}
+
 impl McpHost {
     pub fn new(parts: ServeParts) -> Result<Arc<Self>> {
         let current = build(&parts, &parts.dispatcher.catalog())?;
@@ -232,25 +339,13 @@ impl McpHost {
             &self.parts.config.server.allowed_origins,
             crate::host::guard::Guard::plain,
         );
-        // A new session when none can be made: 503, not rmcp's 500 for a failed one.
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_AT_ONCE));
         let app =
             axum::Router::new()
                 .route_service("/mcp", service)
                 .layer(axum::middleware::from_fn(
                     move |request: axum::extract::Request, next: axum::middleware::Next| {
-                        let full = request.method() == axum::http::Method::POST
-                            && !request.headers().contains_key("mcp-session-id")
-                            && bounded.full();
-                        async move {
-                            if full {
-                                return axum::response::IntoResponse::into_response((
-                                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                                    [(axum::http::header::RETRY_AFTER, "5")],
-                                    sessions::SessionsError::Full.to_string(),
-                                ));
-                            }
-                            next.run(request).await
-                        }
+                        bounded_request(Arc::clone(&bounded), Arc::clone(&in_flight), request, next)
                     },
                 ));
         let stopping = stop.clone();

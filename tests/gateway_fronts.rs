@@ -388,3 +388,30 @@ fn stored_responses_go_to_a_bounded_number_of_readers_at_once() {
         assert_eq!(e["sequence_number"], n, "{e}");
     }
 }
+
+#[test]
+fn one_session_key_cannot_hold_every_request_place() {
+    let (provider, asked) = silent_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(&provider, dir.path(), "max_retries = 0\n");
+    let body = json!({"input": "hi", "metadata": {"session_key": "jam"}, "store": false});
+    // One turn runs (its provider never answers) and four wait for it.
+    let held: Vec<_> = (0..5)
+        .map(|_| {
+            let (url, body) = (url.clone(), body.clone());
+            std::thread::spawn(move || post(&url, "/v1/responses", &body))
+        })
+        .collect();
+    assert!(eventually(|| asked
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 1));
+    let jammed = || post(&url, "/v1/responses", &body);
+    assert!(
+        eventually(|| {
+            let (status, text) = jammed();
+            status == 429 && text.contains("wait for its turn")
+        }),
+        "a sixth request of one session was queued"
+    );
+    drop(held);
+}

@@ -772,7 +772,7 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
             let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
             assert_eq!(status, 200, "a session in use was closed for a new one");
 
-            // A session holds at most 4 GET streams; each holds a connection.
+            // A session holds at most 2 GET streams; each holds a connection.
             let stream = || {
                 client
                     .get(&url)
@@ -781,15 +781,15 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
                     .send()
             };
             let mut streams = Vec::new();
-            for _ in 0..4 {
+            for _ in 0..2 {
                 let r = stream().await.unwrap();
                 assert_eq!(r.status().as_u16(), 200);
                 streams.push(r);
             }
-            let fifth = stream().await.unwrap();
-            assert_ne!(fifth.status().as_u16(), 200, "a fifth stream was opened");
-            let text = fifth.text().await.unwrap();
-            assert!(text.contains("4 streams"), "{text}");
+            let third = stream().await.unwrap();
+            assert_ne!(third.status().as_u16(), 200, "a third stream was opened");
+            let text = third.text().await.unwrap();
+            assert!(text.contains("2 streams"), "{text}");
             drop(streams.pop());
             let mut again = None;
             for _ in 0..100 {
@@ -812,5 +812,95 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
                 .await
                 .unwrap();
             assert_eq!(r.status().as_u16(), 403);
+        });
+}
+
+#[test]
+fn mcp_serve_reads_bounded_bodies_and_holds_bounded_streams() {
+    let (_dir, config) = config_with("");
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let initialize = |experimental: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"experimental": experimental},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    };
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = reqwest::Client::new();
+            let post = |session: Option<String>, body: String| {
+                let mut r = client
+                    .post(&url)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("content-type", "application/json")
+                    .body(body);
+                if let Some(s) = session {
+                    r = r.header("mcp-session-id", s);
+                }
+                r.send()
+            };
+            // An initialize that is a 4 MiB heap of tiny values, or just large: refused
+            // before rmcp parses (and keeps) it.
+            let dense = format!("[{}]", vec!["[0]"; 800_000].join(","));
+            let r = post(
+                None,
+                initialize(json!({"x": {"y": "@"}}))
+                    .to_string()
+                    .replace("\"@\"", &dense),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status().as_u16(), 413);
+            let r = post(
+                None,
+                initialize(json!({"pad": "x".repeat(20_000)})).to_string(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status().as_u16(), 413);
+            // A session's request: bytes up to 4 MiB, but not 800,000 values.
+            let (status, id) = mcp_post(&client, &url, None, initialize(json!({}))).await;
+            assert_eq!(status, 200);
+            let id = id.unwrap();
+            let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "tool_search", "arguments": {"query": "@"}}})
+            .to_string()
+            .replace("\"@\"", &dense);
+            let r = post(Some(id.clone()), call).await.unwrap();
+            assert_eq!(r.status().as_u16(), 413);
+            assert!(r.text().await.unwrap().contains("JSON values"));
+
+            // Streams: 2 a session, 128 in all; the 129th is refused, not queued.
+            let mut streams = Vec::new();
+            let mut refused = None;
+            'open: for n in 0..70 {
+                let (status, id) = mcp_post(&client, &url, None, initialize(json!({}))).await;
+                assert_eq!(status, 200);
+                let id = id.unwrap();
+                mcp_post(&client, &url, Some(&id), initialized.clone()).await;
+                for k in 0..2 {
+                    let r = client
+                        .get(&url)
+                        .header("accept", "text/event-stream")
+                        .header("mcp-session-id", &id)
+                        .send()
+                        .await
+                        .unwrap();
+                    if r.status().as_u16() != 200 {
+                        assert_eq!(r.status().as_u16(), 503);
+                        refused = Some(n * 2 + k);
+                        break 'open;
+                    }
+                    streams.push(r);
+                }
+            }
+            assert_eq!(refused, Some(128), "the stream past 128 was not refused");
+            // The server still answers others.
+            let (status, _) = mcp_post(&client, &url, None, initialize(json!({}))).await;
+            assert_eq!(status, 200);
+            drop(streams);
         });
 }

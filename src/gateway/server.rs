@@ -65,6 +65,17 @@ pub const MAX_TURNS_AT_ONCE: usize = 128;
 /// ([`crate::host::serve::MIN_READ_RATE`]).
 pub const MAX_RETRIEVALS_AT_ONCE: usize = 16;
 
+/// Bytes of stored conversation (a `previous_response_id`'s, a session's history) that the
+/// requests in flight may be continuing at once. The JSON budget counts values, and a
+/// conversation of 16 MiB is a few hundred: 120 requests of 96 bytes each continuing one
+/// held 7 GB. Past this a continuation is a 429.
+pub const MAX_CONTINUED_BYTES: usize = 256 * 1024 * 1024;
+
+/// A request waiting for its session's turn while this many already wait is a 429: the
+/// waiters hold places among the [`MAX_TURNS_AT_ONCE`], and one session key's queue held
+/// them all.
+pub const MAX_WAITING_PER_SESSION: usize = 4;
+
 /// What the gateway runs with.
 pub struct Gateway {
     /// The config, the catalog as it follows the upstream servers, what catalogs are built
@@ -85,6 +96,8 @@ pub struct Gateway {
     turns: Arc<tokio::sync::Semaphore>,
     /// [`MAX_RETRIEVALS_AT_ONCE`] places, taken by [`Gateway::admit_retrieval`].
     retrievals: Arc<tokio::sync::Semaphore>,
+    /// [`MAX_CONTINUED_BYTES`] in KiB, taken by [`Gateway::hold_continued`].
+    continued: Arc<tokio::sync::Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -117,6 +130,7 @@ impl Gateway {
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
             turns: Arc::new(tokio::sync::Semaphore::new(MAX_TURNS_AT_ONCE)),
             retrievals: Arc::new(tokio::sync::Semaphore::new(MAX_RETRIEVALS_AT_ONCE)),
+            continued: Arc::new(tokio::sync::Semaphore::new(MAX_CONTINUED_BYTES / 1024)),
             shutdown: CancellationToken::new(),
         })
     }
@@ -202,20 +216,43 @@ impl Gateway {
 
     /// A place for one more request among the turns in flight, or a 429 when all
     /// [`MAX_TURNS_AT_ONCE`] are taken.
-    pub(super) fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-        Arc::clone(&self.turns).try_acquire_owned().map_err(|_| {
+    pub(super) fn admit(&self) -> Result<Admitted, ApiError> {
+        let request = Arc::clone(&self.turns).try_acquire_owned().map_err(|_| {
             ApiError::rejected(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
                 format!("{MAX_TURNS_AT_ONCE} requests are in flight, the most this gateway runs at once; retry shortly"),
             )
             .code("too_many_requests")
+        })?;
+        Ok(Admitted {
+            _request: request,
+            more: Vec::new(),
         })
+    }
+
+    /// Holds `bytes` of stored conversation that `admitted` continues, until it ends, or a
+    /// 429 when the requests in flight continue [`MAX_CONTINUED_BYTES`] already.
+    pub(super) fn hold_continued(
+        &self,
+        admitted: &mut Admitted,
+        bytes: usize,
+    ) -> Result<(), ApiError> {
+        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        let held = Arc::clone(&self.continued).try_acquire_many_owned(kib).map_err(|_| {
+            ApiError::rejected(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                format!("the requests in flight continue {} MiB of stored conversation, the most this gateway holds at once; retry shortly", MAX_CONTINUED_BYTES >> 20),
+            )
+            .code("too_many_requests")
+        })?;
+        admitted.more.push(held);
+        Ok(())
     }
 
     /// A place to send a stored response: one among the requests in flight and one among
     /// the retrievals, or a 429.
     pub(super) fn admit_retrieval(&self) -> Result<Admitted, ApiError> {
-        let request = self.admit()?;
+        let mut admitted = self.admit()?;
         let retrieval = Arc::clone(&self.retrievals).try_acquire_owned().map_err(|_| {
             ApiError::rejected(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
@@ -223,10 +260,8 @@ impl Gateway {
             )
             .code("too_many_requests")
         })?;
-        Ok(Admitted {
-            _request: request,
-            _retrieval: retrieval,
-        })
+        admitted.more.push(retrieval);
+        Ok(admitted)
     }
 
     pub fn shutdown(&self) {
@@ -293,7 +328,8 @@ async fn listed(gw: &Gateway) -> Vec<Value> {
 /// Places a request holds while it is answered ([`Gateway::admit_retrieval`]).
 pub(super) struct Admitted {
     _request: tokio::sync::OwnedSemaphorePermit,
-    _retrieval: tokio::sync::OwnedSemaphorePermit,
+    /// Places besides: a retrieval's, the bytes a continuation holds.
+    more: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// `GET /v1/models`: admitted like any request, since it may ask the provider.

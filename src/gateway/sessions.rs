@@ -24,14 +24,13 @@
 //! [`MAX_SESSION_FILES`] logs of [`MAX_SESSION_LOG_BYTES`] together.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Mutex as AsyncMutex;
 
-use super::json::Budget;
 use super::kept::Kept;
 use crate::agent::Message;
 use crate::dispatch::Dispatcher;
@@ -40,8 +39,10 @@ use crate::dispatch::Dispatcher;
 pub const HISTORY_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 /// Session log files the state directory keeps, and their bytes together: the oldest
-/// go first ([`crate::telemetry::prune_sessions`]), checked when the gateway opens its
-/// first session and every [`PRUNE_EVERY`]th after.
+/// go first ([`crate::telemetry::prune_sessions`]), checked at the gateway's first valid
+/// request and every [`PRUNE_EVERY`]th after (any session's: one client writing to one
+/// log for ever is pruned too). The bound is shared: a client that writes a lot pushes the
+/// oldest logs out, whoever wrote them.
 pub const MAX_SESSION_FILES: usize = 10_000;
 pub const MAX_SESSION_LOG_BYTES: u64 = 1 << 30;
 const PRUNE_EVERY: u64 = 64;
@@ -58,6 +59,8 @@ pub struct Session {
     /// Held from reading the history to writing it: one turn at a time.
     pub turn: Arc<AsyncMutex<()>>,
     turns: AtomicU64,
+    /// Requests waiting for [`Session::turn`].
+    waiting: AtomicUsize,
 }
 
 impl Session {
@@ -77,6 +80,16 @@ impl Session {
         Ok(Arc::clone(self.dispatcher.get_or_init(|| made)))
     }
 
+    /// A place in the line for this session's turn, while fewer than `max` wait; the
+    /// place is given back when the guard drops (the turn began, or the request went).
+    pub fn queue(self: &Arc<Self>, max: usize) -> Option<Queued> {
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= max {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Queued(Arc::clone(self)))
+    }
+
     /// How many turns the session ran before this one (counting this one as run).
     pub fn next_turn(&self) -> u64 {
         self.turns.fetch_add(1, Ordering::Relaxed)
@@ -85,13 +98,23 @@ impl Session {
 
 struct Slot {
     session: Arc<Session>,
-    /// The conversation so far, as JSON text (empty: none).
-    history: String,
+    /// The conversation so far, as JSON text (empty: none), shared with the requests
+    /// reading it.
+    history: Arc<str>,
 }
 
 /// Sessions of not yet valid requests past which the dead ones are swept out: live
 /// ones are at most the requests in flight.
 const OPENING_SWEEP: usize = 1024;
+
+/// A request's place in a session's line ([`Session::queue`]).
+pub struct Queued(Arc<Session>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The named sessions of one gateway.
 pub struct Sessions {
@@ -101,8 +124,8 @@ pub struct Sessions {
     /// Random per start: the `<run>` of generated keys.
     run: String,
     generated: AtomicU64,
-    /// Sessions opened, for [`Sessions::time_to_prune`].
-    opened: AtomicU64,
+    /// Valid requests, for [`Sessions::time_to_prune`].
+    requests: AtomicU64,
 }
 
 impl Sessions {
@@ -118,7 +141,7 @@ impl Sessions {
             opening: Mutex::new(HashMap::new()),
             run: run[..8].to_string(),
             generated: AtomicU64::new(0),
-            opened: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
         }
     }
 
@@ -127,10 +150,10 @@ impl Sessions {
         format!("{}{}", super::server::GENERATED_KEY_PREFIX, self.run)
     }
 
-    /// Whether this opening of a session should prune the state directory's logs: the
-    /// first, then every [`PRUNE_EVERY`]th.
+    /// Whether this valid request should prune the state directory's logs: the first,
+    /// then every [`PRUNE_EVERY`]th.
     pub fn time_to_prune(&self) -> bool {
-        self.opened
+        self.requests
             .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(PRUNE_EVERY)
     }
@@ -171,21 +194,19 @@ impl Sessions {
             key.to_string(),
             Slot {
                 session: Arc::clone(session),
-                history: String::new(),
+                history: Arc::from(""),
             },
             key.len() + SESSION_BYTES,
         );
         self.opening.lock().remove(key);
     }
 
-    /// The session's conversation so far (none once it was evicted), read within the
-    /// request's `budget`.
-    pub fn history(&self, key: &str, budget: &mut Budget) -> Result<Vec<Message>, String> {
-        let text = match self.kept.lock().touch(key) {
-            Some(slot) if !slot.history.is_empty() => slot.history.clone(),
-            _ => return Ok(Vec::new()),
-        };
-        budget.parse(&text)
+    /// The session's conversation so far, as JSON text (none once it was evicted).
+    pub fn history(&self, key: &str) -> Option<Arc<str>> {
+        match self.kept.lock().touch(key) {
+            Some(slot) if !slot.history.is_empty() => Some(Arc::clone(&slot.history)),
+            _ => None,
+        }
     }
 
     /// Keeps `messages` as the conversation of `session`, if it is still the session
@@ -197,7 +218,7 @@ impl Sessions {
         if let Some(slot) = kept.touch(key)
             && Arc::ptr_eq(&slot.session, session)
         {
-            slot.history = text;
+            slot.history = Arc::from(text);
             kept.resize(key, bytes);
         }
     }
@@ -213,6 +234,15 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::json::Budget;
+
+    /// The session's history, parsed.
+    fn read(sessions: &Sessions, key: &str) -> Vec<Message> {
+        sessions
+            .history(key)
+            .map(|text| Budget::default().parse(&text).unwrap())
+            .unwrap_or_default()
+    }
 
     /// A session as a valid request gets it.
     fn open(sessions: &Sessions, key: &str) -> Arc<Session> {
@@ -239,18 +269,10 @@ mod tests {
         drop((a, again));
         drop(open(&sessions, "c"));
         assert_eq!(sessions.size().0, 2);
-        assert_eq!(
-            sessions.history("a", &mut Budget::default()).unwrap(),
-            said("from a")
-        );
+        assert_eq!(read(&sessions, "a"), said("from a"));
         let b = open(&sessions, "b");
         assert_eq!(b.next_turn(), 0, "b was forgotten and opened anew");
-        assert!(
-            sessions
-                .history("b", &mut Budget::default())
-                .unwrap()
-                .is_empty()
-        );
+        assert!(read(&sessions, "b").is_empty());
     }
 
     #[test]
@@ -260,12 +282,7 @@ mod tests {
         sessions.remember("a", &a, &said("x"));
         drop(a);
         std::thread::sleep(Duration::from_millis(2));
-        assert!(
-            sessions
-                .history("a", &mut Budget::default())
-                .unwrap()
-                .is_empty()
-        );
+        assert!(read(&sessions, "a").is_empty());
         let sessions = Sessions::new(10, Duration::from_secs(60));
         let a = open(&sessions, "a");
         sessions.remember("a", &a, &said(&"y".repeat(1000)));
@@ -295,17 +312,9 @@ mod tests {
         let sessions2 = Sessions::new(1, Duration::from_secs(60));
         let kept = open(&sessions2, "k");
         sessions2.remember("k", &stale, &said("stale"));
-        assert!(
-            sessions2
-                .history("k", &mut Budget::default())
-                .unwrap()
-                .is_empty()
-        );
+        assert!(read(&sessions2, "k").is_empty());
         sessions2.remember("k", &kept, &said("mine"));
-        assert_eq!(
-            sessions2.history("k", &mut Budget::default()).unwrap(),
-            said("mine")
-        );
+        assert_eq!(read(&sessions2, "k"), said("mine"));
     }
 
     #[test]
@@ -332,10 +341,7 @@ mod tests {
         }
         assert_eq!(sessions.size().0, 1);
         assert!(sessions.opening.lock().len() <= OPENING_SWEEP);
-        assert_eq!(
-            sessions.history("victim", &mut Budget::default()).unwrap(),
-            said("mine")
-        );
+        assert_eq!(read(&sessions, "victim"), said("mine"));
     }
 
     #[test]

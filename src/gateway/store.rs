@@ -55,6 +55,11 @@ impl StoredResponse {
         budget.parse(&self.conversation)
     }
 
+    /// The conversation's bytes as text.
+    pub fn conversation_bytes(&self) -> usize {
+        self.conversation.len()
+    }
+
     /// How many messages of [`StoredResponse::messages`] were the request's input.
     pub fn input_messages(&self) -> usize {
         self.input_messages

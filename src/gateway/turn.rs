@@ -26,7 +26,7 @@ use tokio_util::sync::DropGuard;
 
 use super::errors::ApiError;
 use super::json::Budget;
-use super::server::{GENERATED_KEY_PREFIX, Gateway};
+use super::server::{GENERATED_KEY_PREFIX, Gateway, MAX_WAITING_PER_SESSION};
 use super::sessions::Session;
 use crate::agent::{
     Agent, MAX_CONVERSATION_BYTES, Message, Stop, TextStream, TurnError, TurnOptions, TurnOutcome,
@@ -70,7 +70,7 @@ pub struct TurnRequest {
     pub budget: Budget,
     /// The request's place among the turns in flight ([`Gateway::admit`]), held until
     /// its turn ends.
-    pub admitted: tokio::sync::OwnedSemaphorePermit,
+    pub admitted: super::server::Admitted,
 }
 
 /// Where the conversation before the input comes from.
@@ -129,7 +129,7 @@ impl Gateway {
     /// anything ran.
     pub(super) async fn start(
         self: &Arc<Self>,
-        request: TurnRequest,
+        mut request: TurnRequest,
         text: Option<mpsc::Sender<String>>,
     ) -> Result<Running, ApiError> {
         let keyed = request.session_key.is_some();
@@ -164,7 +164,17 @@ impl Gateway {
         };
         // One turn at a time per named session, from reading its history to writing it.
         let held = if keyed {
-            Some(Arc::clone(&session.turn).lock_owned().await)
+            let Some(queued) = session.queue(MAX_WAITING_PER_SESSION) else {
+                return Err(ApiError::rejected(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    format!("{MAX_WAITING_PER_SESSION} requests of this session already wait for its turn; retry when one is answered"),
+                )
+                .code("too_many_requests")
+                .param("metadata.session_key"));
+            };
+            let held = Arc::clone(&session.turn).lock_owned().await;
+            drop(queued);
+            Some(held)
         } else {
             None
         };
@@ -172,12 +182,18 @@ impl Gateway {
             Prior::Nothing => Vec::new(),
             Prior::Session => {
                 let mut budget = request.budget;
-                let mut history = self.sessions.history(&key, &mut budget).map_err(|e| {
-                    ApiError::bad_request(format!(
-                        "the session's conversation is too intricate to continue: {e}"
-                    ))
-                    .param("metadata.session_key")
-                })?;
+                let mut history = match self.sessions.history(&key) {
+                    None => Vec::new(),
+                    Some(text) => {
+                        self.hold_continued(&mut request.admitted, text.len())?;
+                        budget.parse(&text).map_err(|e| {
+                            ApiError::bad_request(format!(
+                                "the session's conversation is too intricate to continue: {e}"
+                            ))
+                            .param("metadata.session_key")
+                        })?
+                    }
+                };
                 drop_unanswered(&mut history, &request.input);
                 history
             }
@@ -212,6 +228,7 @@ impl Gateway {
         if keyed {
             self.sessions.keep(&key, &session);
         }
+        self.prune_logs_now_and_then();
         let dispatcher = session.dispatcher(|| self.new_dispatcher(&key, keyed))?;
         // Whichever way this request ends, the session's file is closed again.
         let log_open = LogOpen(Arc::clone(&dispatcher));
@@ -288,16 +305,6 @@ impl Gateway {
     /// logs are removed first.
     fn new_dispatcher(&self, key: &str, keyed: bool) -> Result<Dispatcher, ApiError> {
         let state_dir = self.host.state_dir();
-        if self.sessions.time_to_prune() {
-            let gone = crate::telemetry::prune_sessions(
-                &state_dir,
-                super::sessions::MAX_SESSION_FILES,
-                super::sessions::MAX_SESSION_LOG_BYTES,
-            );
-            if gone > 0 {
-                tracing::info!("removed the {gone} oldest session logs");
-            }
-        }
         let file = if keyed {
             key.to_string()
         } else {
@@ -317,6 +324,23 @@ impl Gateway {
             tracing::error!("gateway session `{key}`: {e}");
             ApiError::internal("the gateway cannot open the session's log; see its log")
         })
+    }
+
+    /// The state directory's oldest session logs removed, on the first valid request and
+    /// every so often after: counted per request, not per session opened, so a client
+    /// writing to one session's log for ever is pruned too.
+    fn prune_logs_now_and_then(&self) {
+        if !self.sessions.time_to_prune() {
+            return;
+        }
+        let gone = crate::telemetry::prune_sessions(
+            &self.host.state_dir(),
+            super::sessions::MAX_SESSION_FILES,
+            super::sessions::MAX_SESSION_LOG_BYTES,
+        );
+        if gone > 0 {
+            tracing::info!("removed the {gone} oldest session logs");
+        }
     }
 
     /// The request's catalog (the configured one, or with the client's tools joined) and

@@ -10,7 +10,8 @@
 //! new `initialize` is refused with `503` until one closes (its client's `DELETE`, or
 //! rmcp's keep-alive). A session answering a request, or holding a stream, is never
 //! closed here. Each session may hold at most [`MAX_STREAMS`] GET streams (standalone or
-//! resumed) at once: every stream holds one of the server's connections.
+//! resumed) at once, and all sessions [`MAX_ALL_STREAMS`]: every stream holds one of the
+//! server's connections.
 //!
 //! A client whose session was closed gets 404 on its next request with that
 //! `Mcp-Session-Id` — the MCP answer to an unknown session — and starts a new one
@@ -32,8 +33,11 @@ use rmcp::transport::streamable_http_server::session::{ServerSseMessage, Session
 /// Sessions open at once: a handful of agents each hold one; the bound is ~20 MB.
 pub const MAX_SESSIONS: usize = 256;
 
-/// GET streams one session may hold at once.
-pub const MAX_STREAMS: usize = 4;
+/// GET streams one session may hold at once, and all sessions together: each holds one of
+/// the server's 512 connections for as long as its client likes (keep-alive pings pass
+/// every timer), and 128 sessions of 4 streams each held all 512.
+pub const MAX_STREAMS: usize = 2;
+pub const MAX_ALL_STREAMS: usize = 128;
 
 /// Why the manager refused, or what rmcp's manager said.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +48,8 @@ pub enum SessionsError {
     Full,
     #[error("this session holds {MAX_STREAMS} streams already, the most one may hold at once")]
     TooManyStreams,
+    #[error("{MAX_ALL_STREAMS} streams are open, the most this server holds at once; retry later")]
+    AllStreams,
     #[error(transparent)]
     Local(#[from] LocalSessionManagerError),
 }
@@ -60,6 +66,8 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Table {
     entries: HashMap<SessionId, Entry>,
+    /// Streams of all sessions.
+    streams: usize,
 }
 
 impl Table {
@@ -96,7 +104,11 @@ struct Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if let Some(e) = self.table.lock().entries.get_mut(&self.id) {
+        let mut table = self.table.lock();
+        if self.stream {
+            table.streams = table.streams.saturating_sub(1);
+        }
+        if let Some(e) = table.entries.get_mut(&self.id) {
             e.busy = e.busy.saturating_sub(1);
             if self.stream {
                 e.streams = e.streams.saturating_sub(1);
@@ -121,19 +133,35 @@ impl Bounded {
         table.entries.len() >= self.max && table.victim().is_none()
     }
 
+    /// Whether a new stream would be refused now for want of a place among all.
+    pub fn streams_full(&self) -> bool {
+        self.table.lock().streams >= MAX_ALL_STREAMS
+    }
+
     /// Marks `id` busy (and counts a stream) until the guard drops, or refuses a stream
     /// over [`MAX_STREAMS`].
     fn busy(&self, id: &SessionId, stream: bool) -> Result<Busy, SessionsError> {
         let mut table = self.table.lock();
-        if let Some(e) = table.entries.get_mut(id) {
-            if stream && e.streams >= MAX_STREAMS {
-                return Err(SessionsError::TooManyStreams);
-            }
-            e.busy += 1;
-            e.streams += usize::from(stream);
-            e.used = Instant::now();
-            e.established = true;
+        let all = table.streams;
+        let Some(e) = table.entries.get_mut(id) else {
+            // Not a session of this server (rmcp answers that): nothing to count.
+            return Ok(Busy {
+                table: Arc::clone(&self.table),
+                id: id.clone(),
+                stream: false,
+            });
+        };
+        if stream && e.streams >= MAX_STREAMS {
+            return Err(SessionsError::TooManyStreams);
         }
+        if stream && all >= MAX_ALL_STREAMS {
+            return Err(SessionsError::AllStreams);
+        }
+        e.busy += 1;
+        e.streams += usize::from(stream);
+        e.used = Instant::now();
+        e.established = true;
+        table.streams += usize::from(stream);
         Ok(Busy {
             table: Arc::clone(&self.table),
             id: id.clone(),
