@@ -192,7 +192,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| toolsearch::telemetry::stderr::CappedStderr)
         .with_ansi(colour)
         .with_target(false)
         .without_time()

@@ -147,7 +147,8 @@ instead of listing every tool. Start from the tools listed here.";
 /// `initialize`, ~300 bytes from a real client) may have [`MAX_OPENING_BYTES`], any other
 /// [`MAX_REQUEST_BYTES`] and [`MAX_REQUEST_VALUES`] (a tool's arguments; a
 /// `tool_search_code` body is one string value); and at most [`MAX_REQUESTS_AT_ONCE`] are
-/// answered at once (a 503 beyond), each holding its place until its answer is sent.
+/// answered at once (a 503 beyond), each taking its place once its body has arrived and
+/// holding it until its answer is sent.
 pub const MAX_OPENING_BYTES: usize = 16 * 1024;
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_REQUEST_VALUES: usize = 50_000;
@@ -194,14 +195,6 @@ async fn bounded_request(
             sessions::SessionsError::Full.to_string(),
         );
     }
-    let Ok(place) = in_flight.try_acquire_owned() else {
-        return refused(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{MAX_REQUESTS_AT_ONCE} requests are being answered, the most this server answers at once; retry shortly"
-            ),
-        );
-    };
     let (parts, body) = request.into_parts();
     let max = if opening {
         MAX_OPENING_BYTES
@@ -233,6 +226,16 @@ async fn bounded_request(
             ),
         );
     }
+    // A place only once the body is here: a client that sends a head and never its body
+    // holds a connection (until the body deadline), not one of these.
+    let Ok(place) = in_flight.try_acquire_owned() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{MAX_REQUESTS_AT_ONCE} requests are being answered, the most this server answers at once; retry shortly"
+            ),
+        );
+    };
     let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     let response = next.run(request).await;
     // The place is held until the answer (often a stream) has been sent.
@@ -445,7 +448,10 @@ impl ServerHandler for Handler {
         let agent = Arc::clone(&self.0.current.read().agent);
         if !agent.surface().tools.iter().any(|t| t.name == request.name) {
             return Err(ErrorData::invalid_params(
-                format!("unknown tool `{}`: call tools/list", request.name),
+                format!(
+                    "unknown tool `{}`: call tools/list",
+                    crate::catalog::compact::cut(&request.name, 200)
+                ),
                 None,
             ));
         }

@@ -904,3 +904,72 @@ fn mcp_serve_reads_bounded_bodies_and_holds_bounded_streams() {
             drop(streams);
         });
 }
+
+#[test]
+fn mcp_serve_gives_no_place_to_an_unsent_body_and_logs_no_client_text_whole() {
+    use std::io::BufRead;
+    let (dir, config) = config_with("");
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["mcp", "serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _serve = Guard(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    // More heads than places (32), each promising a body it never sends.
+    let held: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.write_all(b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-session-id: made-up\r\ncontent-length: 4000000\r\n\r\n{")
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = reqwest::Client::new();
+            let (status, id) = mcp_post(&client, &url, None, initialize).await;
+            assert_eq!(
+                status, 200,
+                "unsent bodies held the places of answered requests"
+            );
+            // A tool name of 1 MiB is one JSON value; its error answer is logged, cut.
+            let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "x".repeat(1 << 20), "arguments": {}}});
+            for _ in 0..5 {
+                mcp_post(&client, &url, id.as_deref(), call.clone()).await;
+            }
+        });
+    drop(held);
+    let logged = std::fs::metadata(&log).unwrap().len();
+    assert!(
+        logged < 200_000,
+        "five calls with a 1 MiB name logged {logged} bytes"
+    );
+}

@@ -13,6 +13,8 @@
 //!
 //! This module records; it decides nothing.
 
+pub mod stderr;
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
