@@ -148,7 +148,7 @@ async fn create_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
-    let mut admitted = gw.admit()?;
+    let admitted = gw.admit()?;
     let mut budget = Budget::default();
     let request: CreateRequest = budget.body(&body)?;
     if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
@@ -160,15 +160,8 @@ async fn create_inner(
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let prior = match &request.previous_response_id {
         Some(id) => match gw.store.get(id) {
-            Some(stored) => Prior::Messages({
-                gw.hold_continued(&mut admitted, stored.conversation_bytes())?;
-                stored.messages(&mut budget).map_err(|e| {
-                    ApiError::bad_request(format!(
-                        "the stored conversation is too intricate to continue: {e}"
-                    ))
-                    .param("previous_response_id")
-                })?
-            }),
+            // Read once the request has its session's turn: waiting, it holds no memory.
+            Some(stored) => Prior::Stored(stored),
             None => {
                 return Err(ApiError::not_found(format!(
                     "Previous response with id '{id}' not found (never stored, or expired)."

@@ -78,8 +78,9 @@ pub enum Prior {
     Nothing,
     /// The session's history (`metadata.session_key` without `previous_response_id`).
     Session,
-    /// A stored response's conversation.
-    Messages(Vec<Message>),
+    /// A stored response's conversation (`previous_response_id`), read when the turn
+    /// starts.
+    Stored(Arc<super::store::StoredResponse>),
 }
 
 /// What a turn is run on: the request's catalog and its surface.
@@ -197,7 +198,16 @@ impl Gateway {
                 drop_unanswered(&mut history, &request.input);
                 history
             }
-            Prior::Messages(m) => m,
+            Prior::Stored(stored) => {
+                let mut budget = request.budget;
+                self.hold_continued(&mut request.admitted, stored.conversation_bytes())?;
+                stored.messages(&mut budget).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the stored conversation is too intricate to continue: {e}"
+                    ))
+                    .param("previous_response_id")
+                })?
+            }
         };
         messages.extend(request.input);
         settle(&mut messages)?;

@@ -33,7 +33,11 @@ fn capped(out: &mut impl Write, buf: &[u8], max: usize) -> io::Result<usize> {
         end -= 1;
     }
     out.write_all(&buf[..end])?;
-    writeln!(out, "… [{} more bytes of this log line cut]", buf.len() - end)?;
+    writeln!(
+        out,
+        "… [{} more bytes of this log line cut]",
+        buf.len() - end
+    )?;
     Ok(buf.len())
 }
 
