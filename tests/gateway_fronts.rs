@@ -358,7 +358,15 @@ fn stored_responses_go_to_a_bounded_number_of_readers_at_once() {
         })
         .collect();
     let over = || status_of(&url, "GET", &format!("/v1/responses/{id}"), &[], "");
-    assert!(eventually(|| over() == 429), "a 17th reader was let in");
+    // Each was let in before the next check: its answer has begun.
+    for s in &held {
+        let mut s = s.try_clone().unwrap();
+        s.set_read_timeout(Some(MINUTE)).unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "a held reader was refused");
+    }
+    assert_eq!(over(), 429, "a 17th reader was let in");
     // Others are still served, and the places come back with the readers.
     assert_eq!(say_hello_status(&url), 200);
     drop(held);
@@ -405,7 +413,21 @@ fn one_session_key_cannot_hold_every_request_place() {
     assert!(eventually(|| asked
         .load(std::sync::atomic::Ordering::SeqCst)
         == 1));
-    let jammed = || post(&url, "/v1/responses", &body);
+    // A try that is let in waits (the provider never answers): given up after 2 s.
+    let jammed = || {
+        runtime().block_on(async {
+            let sent = reqwest::Client::new()
+                .post(format!("{url}/v1/responses"))
+                .json(&body)
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            match sent {
+                Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+                Err(_) => (0, String::new()),
+            }
+        })
+    };
     assert!(
         eventually(|| {
             let (status, text) = jammed();
