@@ -157,7 +157,8 @@ pub const MAX_REQUESTS_AT_ONCE: usize = 32;
 /// A refusal of `mcp serve --listen`, as plain text (MCP's HTTP transport has no error
 /// body of its own outside JSON-RPC).
 fn refused(status: axum::http::StatusCode, message: String) -> axum::response::Response {
-    let mut response = axum::response::IntoResponse::into_response((status, message));
+    let mut response =
+        crate::host::guard::Guard::plain(crate::host::guard::Refusal { status, message });
     if status == axum::http::StatusCode::SERVICE_UNAVAILABLE {
         response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
@@ -240,13 +241,7 @@ async fn bounded_request(
     let response = next.run(request).await;
     // The place is held until the answer (often a stream) has been sent.
     response.map(|body| {
-        axum::body::Body::from_stream(futures::StreamExt::map(
-            body.into_data_stream(),
-            move |chunk| {
-                let _place = &place;
-                chunk
-            },
-        ))
+        axum::body::Body::from_stream(crate::host::serve::holding(body.into_data_stream(), place))
     })
 }
 

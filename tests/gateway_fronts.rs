@@ -47,33 +47,25 @@ fn half_sent_body(url: &str) -> TcpStream {
     s
 }
 
-/// A stored response of 3 MiB instructions (echoed), asked for as its event stream (each
-/// of three events repeats them: over any socket buffer) on a connection with a small
-/// receive buffer that then reads nothing.
-fn unread_big_response(url: &str) -> TcpStream {
+/// The id of a stored response of 3 MiB instructions (echoed: over any socket buffer).
+fn big_stored_response(url: &str) -> String {
     let (status, body) = post(
         url,
         "/v1/responses",
         &json!({"input": "hello", "instructions": "x".repeat(3 << 20)}),
     );
     assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
-    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
+    serde_json::from_str::<Value>(&body).unwrap()["id"]
         .as_str()
         .unwrap()
-        .to_string();
-    let to: std::net::SocketAddr = addr(url).parse().unwrap();
-    let mut s = runtime().block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        socket.connect(to).await.unwrap().into_std().unwrap()
-    });
-    s.set_nonblocking(false).unwrap();
-    s.write_all(
-        format!("GET /v1/responses/{id}?stream=true HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            .as_bytes(),
-    )
-    .unwrap();
-    s
+        .to_string()
+}
+
+/// A big stored response asked for as its event stream (each of three events repeats the
+/// instructions) on a connection with a small receive buffer that then reads nothing.
+fn unread_big_response(url: &str) -> TcpStream {
+    let id = big_stored_response(url);
+    unread_get(url, &format!("/v1/responses/{id}?stream=true"))
 }
 
 #[test]
@@ -340,16 +332,7 @@ fn stored_responses_go_to_a_bounded_number_of_readers_at_once() {
     let (provider, _) = canned_provider(vec![(200, ANSWER)]);
     let dir = tempfile::tempdir().unwrap();
     let (_gw, url) = gateway_with(&provider, dir.path(), "");
-    let (status, body) = post(
-        &url,
-        "/v1/responses",
-        &json!({"input": "hello", "instructions": "x".repeat(3 << 20)}),
-    );
-    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
-    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = big_stored_response(&url);
     // Streamed and not, each holding a 3 MiB response it does not read.
     let held: Vec<TcpStream> = (0..16)
         .map(|i| {

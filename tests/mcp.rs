@@ -689,6 +689,22 @@ fn mcp_serve_listens_on_loopback_only() {
     assert!(all.contains("only a loopback address"), "{all}");
 }
 
+/// An `initialize` request with `capabilities`.
+fn initialize_with(capabilities: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": capabilities,
+        "clientInfo": {"name": "t", "version": "1"}}})
+}
+
+/// `future` run to its end on a runtime of this thread.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
 /// A JSON-RPC POST to `mcp serve`'s `/mcp`, in `session` when given: the status and the
 /// session id the answer names.
 async fn mcp_post(
@@ -717,192 +733,178 @@ async fn mcp_post(
 fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
     let (_dir, config) = config_with("");
     let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "flood", "version": "1"}}});
+    let initialize = initialize_with(json!({}));
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let client = reqwest::Client::new();
-            // A client's session, past its handshake.
-            let (status, victim) = mcp_post(&client, &url, None, initialize.clone()).await;
+    block_on(async {
+        let client = reqwest::Client::new();
+        // A client's session, past its handshake.
+        let (status, victim) = mcp_post(&client, &url, None, initialize.clone()).await;
+        assert_eq!(status, 200);
+        let victim = victim.expect("a session id");
+        let (status, _) = mcp_post(&client, &url, Some(&victim), initialized.clone()).await;
+        assert_eq!(status, 202);
+
+        // Bare `initialize`s, well over the bound (256): they push out their own kind.
+        let mut bare = Vec::new();
+        for _ in 0..300 {
+            let (status, id) = mcp_post(&client, &url, None, initialize.clone()).await;
             assert_eq!(status, 200);
-            let victim = victim.expect("a session id");
-            let (status, _) = mcp_post(&client, &url, Some(&victim), initialized.clone()).await;
-            assert_eq!(status, 202);
+            bare.push(id.expect("a session id"));
+        }
+        let (status, _) = mcp_post(&client, &url, Some(&bare[0]), ping.clone()).await;
+        assert_eq!(status, 404, "the oldest bare session is still open");
+        let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
+        assert_eq!(status, 200, "bare initializes closed a client's session");
 
-            // Bare `initialize`s, well over the bound (256): they push out their own kind.
-            let mut bare = Vec::new();
-            for _ in 0..300 {
-                let (status, id) = mcp_post(&client, &url, None, initialize.clone()).await;
-                assert_eq!(status, 200);
-                bare.push(id.expect("a session id"));
-            }
-            let (status, _) = mcp_post(&client, &url, Some(&bare[0]), ping.clone()).await;
-            assert_eq!(status, 404, "the oldest bare session is still open");
-            let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
-            assert_eq!(status, 200, "bare initializes closed a client's session");
-
-            // Sessions that finish their handshake are kept: once all places are
-            // taken, a new one is refused, and no established session goes.
-            let mut refused = None;
-            for n in 0..300 {
-                let r = client
-                    .post(&url)
-                    .header("accept", "application/json, text/event-stream")
-                    .json(&initialize)
-                    .send()
-                    .await
-                    .unwrap();
-                if r.status().as_u16() == 503 {
-                    assert!(r.headers().contains_key("retry-after"));
-                    refused = Some(n);
-                    break;
-                }
-                assert_eq!(r.status().as_u16(), 200);
-                let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-                let (status, _) = mcp_post(&client, &url, Some(&id), initialized.clone()).await;
-                assert_eq!(status, 202);
-            }
-            assert_eq!(refused, Some(255), "the 257th session was not refused");
-            let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
-            assert_eq!(status, 200, "a session in use was closed for a new one");
-
-            // A session holds at most 2 GET streams; each holds a connection.
-            let stream = || {
-                client
-                    .get(&url)
-                    .header("accept", "text/event-stream")
-                    .header("mcp-session-id", &victim)
-                    .send()
-            };
-            let mut streams = Vec::new();
-            for _ in 0..2 {
-                let r = stream().await.unwrap();
-                assert_eq!(r.status().as_u16(), 200);
-                streams.push(r);
-            }
-            let third = stream().await.unwrap();
-            assert_ne!(third.status().as_u16(), 200, "a third stream was opened");
-            let text = third.text().await.unwrap();
-            assert!(text.contains("2 streams"), "{text}");
-            drop(streams.pop());
-            let mut again = None;
-            for _ in 0..100 {
-                let r = stream().await.unwrap();
-                if r.status().as_u16() == 200 {
-                    again = Some(r);
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            assert!(again.is_some(), "a closed stream's place never came back");
-
-            // A web page is refused before any session is made.
+        // Sessions that finish their handshake are kept: once all places are
+        // taken, a new one is refused, and no established session goes.
+        let mut refused = None;
+        for n in 0..300 {
             let r = client
                 .post(&url)
                 .header("accept", "application/json, text/event-stream")
-                .header("origin", "http://evil.example")
                 .json(&initialize)
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(r.status().as_u16(), 403);
-        });
+            if r.status().as_u16() == 503 {
+                assert!(r.headers().contains_key("retry-after"));
+                refused = Some(n);
+                break;
+            }
+            assert_eq!(r.status().as_u16(), 200);
+            let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+            let (status, _) = mcp_post(&client, &url, Some(&id), initialized.clone()).await;
+            assert_eq!(status, 202);
+        }
+        assert_eq!(refused, Some(255), "the 257th session was not refused");
+        let (status, _) = mcp_post(&client, &url, Some(&victim), ping.clone()).await;
+        assert_eq!(status, 200, "a session in use was closed for a new one");
+
+        // A session holds at most 2 GET streams; each holds a connection.
+        let stream = || {
+            client
+                .get(&url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", &victim)
+                .send()
+        };
+        let mut streams = Vec::new();
+        for _ in 0..2 {
+            let r = stream().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            streams.push(r);
+        }
+        let third = stream().await.unwrap();
+        assert_ne!(third.status().as_u16(), 200, "a third stream was opened");
+        let text = third.text().await.unwrap();
+        assert!(text.contains("2 streams"), "{text}");
+        drop(streams.pop());
+        let mut again = None;
+        for _ in 0..100 {
+            let r = stream().await.unwrap();
+            if r.status().as_u16() == 200 {
+                again = Some(r);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(again.is_some(), "a closed stream's place never came back");
+
+        // A web page is refused before any session is made.
+        let r = client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", "http://evil.example")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    });
 }
 
 #[test]
 fn mcp_serve_reads_bounded_bodies_and_holds_bounded_streams() {
     let (_dir, config) = config_with("");
     let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
-    let initialize = |experimental: Value| {
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {"experimental": experimental},
-            "clientInfo": {"name": "t", "version": "1"}}})
-    };
+    let initialize = |experimental: Value| initialize_with(json!({"experimental": experimental}));
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let client = reqwest::Client::new();
-            let post = |session: Option<String>, body: String| {
-                let mut r = client
-                    .post(&url)
-                    .header("accept", "application/json, text/event-stream")
-                    .header("content-type", "application/json")
-                    .body(body);
-                if let Some(s) = session {
-                    r = r.header("mcp-session-id", s);
-                }
-                r.send()
-            };
-            // An initialize that is a 4 MiB heap of tiny values, or just large: refused
-            // before rmcp parses (and keeps) it.
-            let dense = format!("[{}]", vec!["[0]"; 800_000].join(","));
-            let r = post(
-                None,
-                initialize(json!({"x": {"y": "@"}}))
-                    .to_string()
-                    .replace("\"@\"", &dense),
-            )
-            .await
-            .unwrap();
-            assert_eq!(r.status().as_u16(), 413);
-            let r = post(
-                None,
-                initialize(json!({"pad": "x".repeat(20_000)})).to_string(),
-            )
-            .await
-            .unwrap();
-            assert_eq!(r.status().as_u16(), 413);
-            // A session's request: bytes up to 4 MiB, but not 800,000 values.
+    block_on(async {
+        let client = reqwest::Client::new();
+        let post = |session: Option<String>, body: String| {
+            let mut r = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(body);
+            if let Some(s) = session {
+                r = r.header("mcp-session-id", s);
+            }
+            r.send()
+        };
+        // An initialize that is a 4 MiB heap of tiny values, or just large: refused
+        // before rmcp parses (and keeps) it.
+        let dense = format!("[{}]", vec!["[0]"; 800_000].join(","));
+        let r = post(
+            None,
+            initialize(json!({"x": {"y": "@"}}))
+                .to_string()
+                .replace("\"@\"", &dense),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status().as_u16(), 413);
+        let r = post(
+            None,
+            initialize(json!({"pad": "x".repeat(20_000)})).to_string(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status().as_u16(), 413);
+        // A session's request: bytes up to 4 MiB, but not 800,000 values.
+        let (status, id) = mcp_post(&client, &url, None, initialize(json!({}))).await;
+        assert_eq!(status, 200);
+        let id = id.unwrap();
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "tool_search", "arguments": {"query": "@"}}})
+        .to_string()
+        .replace("\"@\"", &dense);
+        let r = post(Some(id.clone()), call).await.unwrap();
+        assert_eq!(r.status().as_u16(), 413);
+        assert!(r.text().await.unwrap().contains("JSON values"));
+
+        // Streams: 2 a session, 128 in all; the 129th is refused, not queued.
+        let mut streams = Vec::new();
+        let mut refused = None;
+        'open: for n in 0..70 {
             let (status, id) = mcp_post(&client, &url, None, initialize(json!({}))).await;
             assert_eq!(status, 200);
             let id = id.unwrap();
-            let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "tool_search", "arguments": {"query": "@"}}})
-            .to_string()
-            .replace("\"@\"", &dense);
-            let r = post(Some(id.clone()), call).await.unwrap();
-            assert_eq!(r.status().as_u16(), 413);
-            assert!(r.text().await.unwrap().contains("JSON values"));
-
-            // Streams: 2 a session, 128 in all; the 129th is refused, not queued.
-            let mut streams = Vec::new();
-            let mut refused = None;
-            'open: for n in 0..70 {
-                let (status, id) = mcp_post(&client, &url, None, initialize(json!({}))).await;
-                assert_eq!(status, 200);
-                let id = id.unwrap();
-                mcp_post(&client, &url, Some(&id), initialized.clone()).await;
-                for k in 0..2 {
-                    let r = client
-                        .get(&url)
-                        .header("accept", "text/event-stream")
-                        .header("mcp-session-id", &id)
-                        .send()
-                        .await
-                        .unwrap();
-                    if r.status().as_u16() != 200 {
-                        assert_eq!(r.status().as_u16(), 503);
-                        refused = Some(n * 2 + k);
-                        break 'open;
-                    }
-                    streams.push(r);
+            mcp_post(&client, &url, Some(&id), initialized.clone()).await;
+            for k in 0..2 {
+                let r = client
+                    .get(&url)
+                    .header("accept", "text/event-stream")
+                    .header("mcp-session-id", &id)
+                    .send()
+                    .await
+                    .unwrap();
+                if r.status().as_u16() != 200 {
+                    assert_eq!(r.status().as_u16(), 503);
+                    refused = Some(n * 2 + k);
+                    break 'open;
                 }
+                streams.push(r);
             }
-            assert_eq!(refused, Some(128), "the stream past 128 was not refused");
-            // The server still answers others.
-            let (status, _) = mcp_post(&client, &url, None, initialize(json!({}))).await;
-            assert_eq!(status, 200);
-            drop(streams);
-        });
+        }
+        assert_eq!(refused, Some(128), "the stream past 128 was not refused");
+        // The server still answers others.
+        let (status, _) = mcp_post(&client, &url, None, initialize(json!({}))).await;
+        assert_eq!(status, 200);
+        drop(streams);
+    });
 }
 
 #[test]
@@ -945,27 +947,21 @@ fn mcp_serve_gives_no_place_to_an_unsent_body_and_logs_no_client_text_whole() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}});
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let client = reqwest::Client::new();
-            let (status, id) = mcp_post(&client, &url, None, initialize).await;
-            assert_eq!(
-                status, 200,
-                "unsent bodies held the places of answered requests"
-            );
-            // A tool name of 1 MiB is one JSON value; its error answer is logged, cut.
-            let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+    let initialize = initialize_with(json!({}));
+    block_on(async {
+        let client = reqwest::Client::new();
+        let (status, id) = mcp_post(&client, &url, None, initialize).await;
+        assert_eq!(
+            status, 200,
+            "unsent bodies held the places of answered requests"
+        );
+        // A tool name of 1 MiB is one JSON value; its error answer is logged, cut.
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "x".repeat(1 << 20), "arguments": {}}});
-            for _ in 0..5 {
-                mcp_post(&client, &url, id.as_deref(), call.clone()).await;
-            }
-        });
+        for _ in 0..5 {
+            mcp_post(&client, &url, id.as_deref(), call.clone()).await;
+        }
+    });
     drop(held);
     let logged = std::fs::metadata(&log).unwrap().len();
     assert!(

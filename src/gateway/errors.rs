@@ -75,6 +75,11 @@ impl ApiError {
         ApiError::new(status, "invalid_request_error", message)
     }
 
+    /// 429 `too_many_requests`: a bound of the gateway is full; the SDKs retry it.
+    pub fn too_many(message: impl Into<String>) -> Self {
+        ApiError::rejected(StatusCode::TOO_MANY_REQUESTS, message).code("too_many_requests")
+    }
+
     pub fn param(mut self, param: &str) -> Self {
         self.0.param = Some(param.to_string());
         self

@@ -217,12 +217,10 @@ impl Gateway {
     /// A place for one more request among the turns in flight, or a 429 when all
     /// [`MAX_TURNS_AT_ONCE`] are taken.
     pub(super) fn admit(&self) -> Result<Admitted, ApiError> {
-        let request = Arc::clone(&self.turns).try_acquire_owned().map_err(|_| {
-            ApiError::rejected(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("{MAX_TURNS_AT_ONCE} requests are in flight, the most this gateway runs at once; retry shortly"),
+        let request = take(&self.turns, 1, || {
+            format!(
+                "{MAX_TURNS_AT_ONCE} requests are in flight, the most this gateway runs at once; retry shortly"
             )
-            .code("too_many_requests")
         })?;
         Ok(Admitted {
             _request: request,
@@ -238,14 +236,9 @@ impl Gateway {
         bytes: usize,
     ) -> Result<(), ApiError> {
         let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let held = Arc::clone(&self.continued).try_acquire_many_owned(kib).map_err(|_| {
-            ApiError::rejected(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("the requests in flight continue {} MiB of stored conversation, the most this gateway holds at once; retry shortly", MAX_CONTINUED_BYTES >> 20),
-            )
-            .code("too_many_requests")
-        })?;
-        admitted.more.push(held);
+        admitted.more.push(take(&self.continued, kib, || {
+            format!("the requests in flight continue {} MiB of stored conversation, the most this gateway holds at once; retry shortly", MAX_CONTINUED_BYTES >> 20)
+        })?);
         Ok(())
     }
 
@@ -253,14 +246,9 @@ impl Gateway {
     /// the retrievals, or a 429.
     pub(super) fn admit_retrieval(&self) -> Result<Admitted, ApiError> {
         let mut admitted = self.admit()?;
-        let retrieval = Arc::clone(&self.retrievals).try_acquire_owned().map_err(|_| {
-            ApiError::rejected(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("{MAX_RETRIEVALS_AT_ONCE} stored responses are being sent, the most this gateway sends at once; retry shortly"),
-            )
-            .code("too_many_requests")
-        })?;
-        admitted.more.push(retrieval);
+        admitted.more.push(take(&self.retrievals, 1, || {
+            format!("{MAX_RETRIEVALS_AT_ONCE} stored responses are being sent, the most this gateway sends at once; retry shortly")
+        })?);
         Ok(admitted)
     }
 
@@ -323,6 +311,17 @@ async fn listed(gw: &Gateway) -> Vec<Value> {
     } else {
         listed
     }
+}
+
+/// `n` places of `places` now, or a 429 saying which bound is full.
+fn take(
+    places: &Arc<tokio::sync::Semaphore>,
+    n: u32,
+    full: impl FnOnce() -> String,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    Arc::clone(places)
+        .try_acquire_many_owned(n)
+        .map_err(|_| ApiError::too_many(full()))
 }
 
 /// Places a request holds while it is answered ([`Gateway::admit_retrieval`]).

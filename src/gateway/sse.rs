@@ -123,11 +123,8 @@ pub fn replay(
     frames: impl Iterator<Item = Bytes> + Send + 'static,
     held: impl Send + Sync + 'static,
 ) -> Response {
-    let frames = futures::stream::iter(frames.map(move |frame| {
-        let _held = &held;
-        Ok::<_, Infallible>(frame)
-    }));
-    sse_response(Body::from_stream(frames))
+    let frames = futures::stream::iter(frames.map(Ok::<_, Infallible>));
+    sse_response(Body::from_stream(crate::host::serve::holding(frames, held)))
 }
 
 fn concat(frames: Vec<Bytes>) -> Vec<u8> {

@@ -166,11 +166,9 @@ impl Gateway {
         // One turn at a time per named session, from reading its history to writing it.
         let held = if keyed {
             let Some(queued) = session.queue(MAX_WAITING_PER_SESSION) else {
-                return Err(ApiError::rejected(
-                    axum::http::StatusCode::TOO_MANY_REQUESTS,
-                    format!("{MAX_WAITING_PER_SESSION} requests of this session already wait for its turn; retry when one is answered"),
-                )
-                .code("too_many_requests")
+                return Err(ApiError::too_many(format!(
+                    "{MAX_WAITING_PER_SESSION} requests of this session already wait for its turn; retry when one is answered"
+                ))
                 .param("metadata.session_key"));
             };
             let held = Arc::clone(&session.turn).lock_owned().await;

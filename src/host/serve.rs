@@ -83,6 +83,16 @@ impl Default for Limits {
     }
 }
 
+/// `stream` as it is, keeping `held` (a place among the answers sent at once, a session's
+/// busy mark) until the stream is dropped: its last item sent, or its client gone. One
+/// helper for every answer that holds a bounded place while a slow client reads it.
+pub fn holding<S: futures::Stream, H>(stream: S, held: H) -> impl futures::Stream<Item = S::Item> {
+    futures::StreamExt::map(stream, move |item| {
+        let _held = &held;
+        item
+    })
+}
+
 /// Serves `app` on `listener` within `limits` until `stop` resolves; then each connection
 /// finishes the request it is answering (for at most [`Limits::grace`]), and this returns
 /// once all are closed. A request `guard` refuses gets its answer and never reaches `app`.

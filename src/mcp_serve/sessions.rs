@@ -21,10 +21,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use parking_lot::Mutex;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::SessionManager;
+
+use crate::host::serve::holding;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
@@ -95,6 +97,14 @@ pub struct Bounded {
     max: usize,
 }
 
+/// What a session is busy with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Initialize,
+    Request,
+    Stream,
+}
+
 /// Marks its session busy while it lives: a request being answered, or a stream.
 struct Busy {
     table: Arc<Mutex<Table>>,
@@ -138,34 +148,35 @@ impl Bounded {
         self.table.lock().streams >= MAX_ALL_STREAMS
     }
 
-    /// Marks `id` busy (and counts a stream) until the guard drops, or refuses a stream
-    /// over [`MAX_STREAMS`].
-    fn busy(&self, id: &SessionId, stream: bool) -> Result<Busy, SessionsError> {
+    /// Marks `id` busy for `what` until the guard drops (a stream counted, and refused over
+    /// [`MAX_STREAMS`] or [`MAX_ALL_STREAMS`]; anything but its `initialize` makes the
+    /// session established).
+    fn busy(&self, id: &SessionId, what: Use) -> Result<Busy, SessionsError> {
+        let stream = what == Use::Stream;
         let mut table = self.table.lock();
         let all = table.streams;
-        let Some(e) = table.entries.get_mut(id) else {
+        let counted = match table.entries.get_mut(id) {
             // Not a session of this server (rmcp answers that): nothing to count.
-            return Ok(Busy {
-                table: Arc::clone(&self.table),
-                id: id.clone(),
-                stream: false,
-            });
+            None => false,
+            Some(e) => {
+                if stream && e.streams >= MAX_STREAMS {
+                    return Err(SessionsError::TooManyStreams);
+                }
+                if stream && all >= MAX_ALL_STREAMS {
+                    return Err(SessionsError::AllStreams);
+                }
+                e.busy += 1;
+                e.streams += usize::from(stream);
+                e.used = Instant::now();
+                e.established |= what != Use::Initialize;
+                table.streams += usize::from(stream);
+                stream
+            }
         };
-        if stream && e.streams >= MAX_STREAMS {
-            return Err(SessionsError::TooManyStreams);
-        }
-        if stream && all >= MAX_ALL_STREAMS {
-            return Err(SessionsError::AllStreams);
-        }
-        e.busy += 1;
-        e.streams += usize::from(stream);
-        e.used = Instant::now();
-        e.established = true;
-        table.streams += usize::from(stream);
         Ok(Busy {
             table: Arc::clone(&self.table),
             id: id.clone(),
-            stream,
+            stream: counted,
         })
     }
 
@@ -178,17 +189,6 @@ impl Bounded {
             }
         }
     }
-}
-
-/// `stream`, holding `busy` until it ends or its client goes.
-fn holding<S: Stream<Item = ServerSseMessage> + Send + Sync + 'static>(
-    stream: S,
-    busy: Busy,
-) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
-    stream.map(move |m| {
-        let _busy = &busy;
-        m
-    })
 }
 
 impl SessionManager for Bounded {
@@ -231,7 +231,7 @@ impl SessionManager for Bounded {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        let _busy = self.busy_opening(id);
+        let _busy = self.busy(id, Use::Initialize)?;
         Ok(self.inner.initialize_session(id, message).await?)
     }
 
@@ -256,7 +256,7 @@ impl SessionManager for Bounded {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let busy = self.busy(id, false)?;
+        let busy = self.busy(id, Use::Request)?;
         let stream = self.inner.create_stream(id, message).await?;
         Ok(holding(stream, busy))
     }
@@ -275,7 +275,7 @@ impl SessionManager for Bounded {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let busy = self.busy(id, true)?;
+        let busy = self.busy(id, Use::Stream)?;
         let stream = self.inner.create_standalone_stream(id).await?;
         Ok(holding(stream, busy))
     }
@@ -285,22 +285,8 @@ impl SessionManager for Bounded {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let busy = self.busy(id, true)?;
+        let busy = self.busy(id, Use::Stream)?;
         let stream = self.inner.resume(id, last_event_id).await?;
         Ok(holding(stream, busy))
-    }
-}
-
-impl Bounded {
-    /// Busy while its `initialize` is answered, without marking it established.
-    fn busy_opening(&self, id: &SessionId) -> Busy {
-        if let Some(e) = self.table.lock().entries.get_mut(id) {
-            e.busy += 1;
-        }
-        Busy {
-            table: Arc::clone(&self.table),
-            id: id.clone(),
-            stream: false,
-        }
     }
 }

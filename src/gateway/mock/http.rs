@@ -163,10 +163,7 @@ async fn debug_requests(State(provider): State<Arc<MockProvider>>) -> Response {
     };
     let bodies = provider.requests.lock().snapshot();
     // The place is given back when the last chunk is sent, or the reader dropped.
-    let chunks = futures::StreamExt::map(super::json_array(bodies), move |chunk| {
-        let _held = &reader;
-        chunk
-    });
+    let chunks = crate::host::serve::holding(super::json_array(bodies), reader);
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         axum::body::Body::from_stream(chunks),
