@@ -137,6 +137,7 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
   const getOwn = Object.getOwnPropertyDescriptor;
+  const hasOwn = Object.hasOwn;
   const getProto = Object.getPrototypeOf;
   // The standard error prototypes and their names, as they were before any guest code.
   const knownNames = [];
@@ -217,7 +218,7 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
     let sent = false;
     const ensure = function () {
       if (promise === null) {
-        promise = new P(function (resolve, reject) { settle = { resolve: resolve, reject: reject }; });
+        promise = new P(function (resolve, reject) { settle = { __proto__: null, resolve: resolve, reject: reject }; });
       }
       return promise;
     };
@@ -266,27 +267,38 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
     warn: makeLogger('warn'),
     error: makeLogger('error'),
   });
-  defineProperty(globalThis, 'openclaw', { value: openclaw, writable: false, configurable: false, enumerable: false });
-  defineProperty(globalThis, 'console', { value: console, writable: false, configurable: false, enumerable: false });
+  defineProperty(globalThis, 'openclaw', { __proto__: null, value: openclaw, writable: false, configurable: false, enumerable: false });
+  defineProperty(globalThis, 'console', { __proto__: null, value: console, writable: false, configurable: false, enumerable: false });
 
-  // Called by the outer side with primitives only; parses inside this realm.
+  // Called by the outer side with primitives only; parses inside this realm. The guest may
+  // have polluted this realm's prototypes by now, so nothing here reads through them: the
+  // descriptor and the pending entry have no prototype, the answer's message and code are
+  // read as own data properties (an inherited getter would run guest code here, and a
+  // throwing one would leave this function), and the whole is guarded, because an
+  // exception out of here would unwind the outer frame handler and drop the frames after
+  // this one. Resolving a promise may still run a guest's \`then\` getter: resolve never
+  // throws, it rejects instead.
   function deliver(id, ok, json) {
-    const entry = pending[id];
-    if (entry === undefined) return;
-    delete pending[id];
-    let value = null;
-    try { value = parse(json); } catch (e) { ok = false; value = { code: 'protocol', message: 'bad bridge result' }; }
-    if (ok) {
-      entry.resolve(value);
-    } else {
-      const err = new ErrorCtor(value && typeof value.message === 'string' ? value.message : 'bridge call failed');
+    try {
+      const entry = pending[id];
+      if (entry === undefined) return;
+      delete pending[id];
+      let value = null;
+      try { value = parse(json); } catch (e) { ok = false; value = null; }
+      if (ok) {
+        entry.resolve(value);
+        return;
+      }
+      const message = value !== null && typeof value === 'object' ? dataOf(value, 'message') : undefined;
+      const code = value !== null && typeof value === 'object' ? dataOf(value, 'code') : 'protocol';
+      const err = new ErrorCtor(message !== undefined ? message : code === 'protocol' ? 'bad bridge result' : 'bridge call failed');
       // defineProperty, not assignment: a guest may have put a getter-only \`code\` on
       // Object.prototype, and assigning would throw.
-      if (value && typeof value.code === 'string') {
-        defineProperty(err, 'code', { value: value.code, writable: true, configurable: true, enumerable: false });
+      if (code !== undefined) {
+        defineProperty(err, 'code', { __proto__: null, value: code, writable: true, configurable: true, enumerable: false });
       }
       entry.reject(err);
-    }
+    } catch (e) {}
   }
 
   // finish() and fail() run guest code (getters, toJSON, toString) and may not throw: a
@@ -368,9 +380,11 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   // error itself is an ordinary object (V8 captures stacks only on those), so reading its
   // own descriptors and its prototype runs no trap; its prototype is only compared, never
   // read, since it may be a guest's Proxy.
+  // A descriptor is an object of this realm: reading a \`value\` it does not have itself
+  // (an accessor's descriptor) would run a getter the guest put on Object.prototype.
   function dataOf(object, key) {
     const d = getOwn(object, key);
-    return d !== undefined && typeof d.value === 'string' ? d.value : undefined;
+    return d !== undefined && hasOwn(d, 'value') && typeof d.value === 'string' ? d.value : undefined;
   }
   function heading(error) {
     let name = dataOf(error, 'name');
@@ -423,7 +437,7 @@ const BOOTSTRAP = `(function bootstrap(host, hooked) {
   // as a data property, so neither assignment nor one on a prototype brings stacks back);
   // import() is refused when the body is compiled (see run() outside).
   if (!hooked) {
-    defineProperty(ErrorCtor, 'stackTraceLimit', { value: undefined, writable: false, configurable: false, enumerable: false });
+    defineProperty(ErrorCtor, 'stackTraceLimit', { __proto__: null, value: undefined, writable: false, configurable: false, enumerable: false });
   }
 
   return freeze({ __proto__: null, deliver: deliver, start: start, error: error, prepare: prepare, importHook: importHook, onReject: onReject });
@@ -482,13 +496,13 @@ function hostCall(kind, a, b, c) {
     if (kind === 'result') {
       if (typeof a !== 'string') return undefined;
       finished = true;
+      flushLogCut();
       const size = bytes(a);
       if (size > limits.maxResultBytes) {
         send({ type: 'result', ok: false, error: { code: 'output-too-large', message: 'the return value is ' + size + ' bytes of JSON; the limit is ' + limits.maxResultBytes } });
         return undefined;
       }
       const value = JSONParse(a);
-      flushLogCut();
       if (tooDeep(value)) {
         send({ type: 'result', ok: false, error: { code: 'code-error', message: 'the return value is nested more than ' + MAX_DEPTH + ' levels deep' } });
       } else {
@@ -617,14 +631,17 @@ channel.on('data', (chunk) => {
     chunks = [];
     chunk = chunk.slice(nl + 1);
     nl = chunk.indexOf('\n');
-    let frame;
-    try { frame = JSONParse(line); } catch (e) { continue; }
-    if (frame.type === 'run') {
-      run(frame);
-    } else if (frame.type === 'bridge-result' && typeof frame.id === 'number') {
-      const payload = frame.ok ? frame.value : frame.error;
-      inner.deliver(frame.id, frame.ok === true, JSONStringify(payload === undefined ? null : payload));
-    }
+    // Each frame on its own: whatever one does (a guest getter run while its answer is
+    // delivered), the frames after it in this chunk are still handled.
+    try {
+      const frame = JSONParse(line);
+      if (frame.type === 'run') {
+        run(frame);
+      } else if (frame.type === 'bridge-result' && typeof frame.id === 'number') {
+        const payload = frame.ok ? frame.value : frame.error;
+        inner.deliver(frame.id, frame.ok === true, JSONStringify(payload === undefined ? null : payload));
+      }
+    } catch (e) {}
   }
   if (chunk.length > 0) chunks.push(chunk);
 });

@@ -28,17 +28,41 @@ pub fn folder(name: &str) -> Option<PathBuf> {
 }
 
 /// Creates `dir` if needed and makes sure that only this user can have changed what is in
-/// it, so that what a process finds there is what a process of this user left:
+/// it, so that what a process finds there is what a process of this user left. Returns the
+/// folder's resolved path, **the one every later use must go through**: `dir` as given may
+/// pass through links whose targets can change after this check (a link another user
+/// could swap would hand later opens a folder of theirs), the resolved path cannot.
 /// - folders are created 0700 whatever the umask (with 002, the default for users with a
 ///   group of their own, they would otherwise be group-writable);
-/// - the path is resolved first, so a symlink cannot hide an ancestor another user owns;
+/// - both the path as given and the path resolved are checked, so a symlink can neither
+///   hide an ancestor another user owns nor be one: every link and folder on the way as
+///   given must belong to root or this user;
 /// - `dir` must be a real folder owned by this user. Above the cache root, every ancestor
 ///   must belong to root or this user and be writable by no one else unless sticky (as
 ///   `/tmp`, where others cannot rename what is ours): whoever can rename entries in a
 ///   parent could swap the whole folder. From the cache root down, a folder of ours that
 ///   others could write is made private and **emptied**: anything in it may have been
 ///   planted, and everything in a cache can be rebuilt.
-pub fn prepare(dir: &Path) -> Result<(), String> {
+pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
+    let me = nix::unistd::geteuid().as_raw();
+    // The path as given, without following links: a link, or a folder holding one, that
+    // another user owns could be pointed elsewhere at any time. (Later swaps cannot reach
+    // this process, which goes through the resolved path only; this refuses a cache that
+    // another user could redirect for the next one. Folders on the resolved path are
+    // checked for write access below.)
+    if dir.is_absolute() {
+        for step in dir.ancestors() {
+            if let Ok(m) = fs::symlink_metadata(step)
+                && m.uid() != 0
+                && m.uid() != me
+            {
+                return Err(format!(
+                    "{} is owned by another user; nothing is cached under it",
+                    step.display()
+                ));
+            }
+        }
+    }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -51,7 +75,6 @@ pub fn prepare(dir: &Path) -> Result<(), String> {
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", real.display()));
     }
-    let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(format!("{} is not owned by this user", real.display()));
     }
@@ -81,7 +104,7 @@ pub fn prepare(dir: &Path) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(real)
 }
 
 fn make_private(dir: &Path) -> Result<(), String> {
@@ -217,6 +240,44 @@ mod tests {
         std::os::unix::fs::symlink(shared.join("inner"), &link).unwrap();
         let err = prepare(&link).unwrap_err();
         assert!(err.contains("writable by others"), "{err}");
+    }
+
+    /// The folder is used by the path it resolved to when checked: a link swapped later
+    /// cannot redirect this process. A link another user owns (or one in a folder of
+    /// theirs) is refused outright, as they could point it anywhere before the next process.
+    #[test]
+    fn a_folder_is_used_by_its_resolved_path_and_another_user_s_link_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mine = tmp.path().join("mine");
+        fs::create_dir(&mine).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        let resolved = prepare(&link.join("snapshots")).unwrap();
+        assert_eq!(resolved, mine.canonicalize().unwrap().join("snapshots"));
+        // Swapping the link afterwards changes nothing for whoever holds `resolved`.
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        assert!(resolved.starts_with(mine.canonicalize().unwrap()));
+
+        if !nix::unistd::geteuid().is_root() {
+            return; // giving a link to another user needs root
+        }
+        let other = 12345;
+        let theirs = tmp.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(other), None).unwrap();
+        std::os::unix::fs::symlink(&mine, theirs.join("toolsearch")).unwrap();
+        std::os::unix::fs::lchown(theirs.join("toolsearch"), Some(other), None).unwrap();
+        let err = prepare(&theirs.join("toolsearch").join("snapshots")).unwrap_err();
+        assert!(err.contains("owned by another user"), "{err}");
+        // A link of ours inside their folder: they can still replace it, so refused too.
+        let ours_in_theirs = theirs.join("ours");
+        std::os::unix::fs::symlink(&mine, &ours_in_theirs).unwrap();
+        let err = prepare(&ours_in_theirs.join("snapshots")).unwrap_err();
+        assert!(err.contains("owned by another user"), "{err}");
     }
 
     #[test]

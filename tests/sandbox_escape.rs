@@ -1162,6 +1162,11 @@ stacks.push(new TypeError('d').stack);
 const e = new Error('e'); Object.setPrototypeOf(e, new Proxy({}, { get: nested, getOwnPropertyDescriptor: nested, getPrototypeOf: nested }));
 stacks.push(e.stack);
 try { null.x; } catch (x) { stacks.push(x.stack); }
+// An accessor's descriptor has no own `value`: reading one would run this getter.
+Object.defineProperty(Object.prototype, 'value', { get: nested, configurable: true });
+const f = new Error('f'); Object.defineProperty(f, 'message', { __proto__: null, get: () => 'm' });
+stacks.push(f.stack);
+delete Object.prototype.value;
 return stacks.map(String);
 "#;
         let run = case.code(body, RUN_MS);
@@ -2553,6 +2558,141 @@ fn pollution_of_regexp_and_error_used_by_the_bootstrap() {
          throw new Error('boom');",
     ) {
         run.assert_error(&["code-error"]);
+    }
+}
+
+/// Every property name the bootstrap, Node or the outer side could read through a
+/// prototype of the guest's realm (descriptor fields, promise and error fields, frame
+/// fields, conversions, well-known symbols), polluted on Object, Array, Error, Promise and
+/// Function prototypes at once, as a throwing getter and as a throwing function value.
+/// While it is in place a failing bridge call and a succeeding one both settle, the
+/// guest's own `catch` runs, and the run ends with the guest's value: no pollution turns
+/// the runtime's own work into an uncaught exception, a lost frame or a timeout. (A
+/// descriptor inheriting a guest's `get` made the runtime throw out of its frame handler.)
+#[test]
+fn pollution_family_every_key_the_bridge_could_read() {
+    const KEYS: &[&str] = &[
+        "get",
+        "set",
+        "value",
+        "writable",
+        "enumerable",
+        "configurable",
+        "then",
+        "constructor",
+        "message",
+        "code",
+        "name",
+        "stack",
+        "cause",
+        "errors",
+        "resolve",
+        "reject",
+        "toJSON",
+        "toString",
+        "valueOf",
+        "length",
+        "0",
+        "1",
+        "id",
+        "ok",
+        "type",
+        "error",
+        "items",
+        "level",
+        "limit",
+        "args",
+        "method",
+        "@@toPrimitive",
+        "@@iterator",
+        "@@toStringTag",
+        "@@hasInstance",
+        "@@species",
+    ];
+    // The runtime itself reads these for every failed call: with them polluted the calls
+    // must still end exactly as without (the failing one rejected, the other resolved).
+    const EXACT: &[&str] = &[
+        "get",
+        "set",
+        "value",
+        "writable",
+        "enumerable",
+        "configurable",
+        "message",
+        "code",
+        "resolve",
+        "reject",
+        "id",
+        "ok",
+        "type",
+        "error",
+    ];
+    let cases: Vec<(String, &str)> = KEYS
+        .iter()
+        .flat_map(|k| [(k.to_string(), "getter"), (k.to_string(), "value")])
+        .collect();
+    // 2 calls a case, 64 calls a run.
+    for chunk in cases.chunks(24) {
+        let list = serde_json::to_string(chunk).expect("json");
+        let body = format!(
+            r#"
+const cases = {list};
+const targets = [Object.prototype, Array.prototype, Error.prototype, Promise.prototype, Function.prototype];
+const out = [];
+for (let i = 0; i < cases.length; i++) {{
+  const key = cases[i][0];
+  const how = cases[i][1];
+  const k = key.startsWith('@@') ? Symbol[key.slice(2)] : key;
+  const saved = [];
+  for (let t = 0; t < targets.length; t++) {{
+    const d = Object.getOwnPropertyDescriptor(targets[t], k);
+    saved[t] = d === undefined ? undefined : {{ __proto__: null, ...d }};
+  }}
+  const fail = function () {{ throw new Error('guest ' + how + ' ' + key); }};
+  for (let t = 0; t < targets.length; t++) {{
+    try {{
+      Object.defineProperty(targets[t], k, how === 'getter'
+        ? {{ __proto__: null, get: fail, configurable: true }}
+        : {{ __proto__: null, value: fail, configurable: true, writable: true }});
+    }} catch (e) {{}}
+  }}
+  let a = 'none';
+  let b = 'none';
+  try {{ await openclaw.tools.call('no-such-tool', {{}}); a = 'resolved'; }} catch (e) {{ a = 'rejected'; }}
+  try {{ await openclaw.tools.describe('canary'); b = 'resolved'; }} catch (e) {{ b = 'rejected'; }}
+  for (let t = targets.length - 1; t >= 0; t--) {{
+    try {{
+      if (saved[t] === undefined) delete targets[t][k];
+      else Object.defineProperty(targets[t], k, saved[t]);
+    }} catch (e) {{}}
+  }}
+  out.push(key + ' ' + how + ' ' + a + ' ' + b);
+}}
+return out;
+"#
+        );
+        each_node(|case| {
+            let run = case.code(&case.hostile(&body), RUN_MS);
+            case.assert_contained(&run);
+            assert!(
+                run.ok(),
+                "the guest's own handling must end the run: {}",
+                run.stdout
+            );
+            let lines = run.value().as_array().expect("a list");
+            assert_eq!(lines.len(), chunk.len(), "{}", run.stdout);
+            for line in lines {
+                let line = line.as_str().unwrap_or_default();
+                let key = line.split(' ').next().unwrap_or_default();
+                if EXACT.contains(&key) {
+                    assert!(
+                        line.ends_with(" rejected resolved"),
+                        "{line}: {}",
+                        run.stdout
+                    );
+                }
+            }
+        });
     }
 }
 

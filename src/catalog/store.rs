@@ -119,7 +119,7 @@ impl Store {
     /// A store in `dir`, created if needed; none if it cannot be trusted.
     pub fn at(dir: PathBuf) -> Option<Store> {
         match cache::prepare(&dir) {
-            Ok(()) => Some(Store { dir }),
+            Ok(dir) => Some(Store { dir }),
             Err(e) => {
                 tracing::debug!("no catalog store: {e}");
                 None

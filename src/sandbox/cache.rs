@@ -82,8 +82,8 @@ fn file_for(dir: &Path, kind: &str, key: &str) -> PathBuf {
 
 /// A cached probe or calibration for `key`, checked; `None` for anything else.
 pub fn load(dir: &Path, kind: &str, key: &str, node_path: &Path) -> Option<NodeInfo> {
-    crate::cache::prepare(dir).ok()?;
-    let file = file_for(dir, kind, key);
+    let dir = crate::cache::prepare(dir).ok()?;
+    let file = file_for(&dir, kind, key);
     let meta = fs::symlink_metadata(&file).ok()?;
     if !meta.is_file()
         || meta.uid() != nix::unistd::geteuid().as_raw()
@@ -112,9 +112,9 @@ pub fn load(dir: &Path, kind: &str, key: &str, node_path: &Path) -> Option<NodeI
 /// Stores an entry (written under a fresh name, then renamed into place: a reader sees a
 /// whole entry or none). Failures only cost the next command a probe.
 pub fn store(dir: &Path, kind: &str, key: &str, node: &NodeInfo) {
-    if crate::cache::prepare(dir).is_err() {
+    let Ok(dir) = crate::cache::prepare(dir) else {
         return;
-    }
+    };
     let entry = Entry {
         key: key.to_string(),
         version: node.version.clone(),
@@ -132,7 +132,7 @@ pub fn store(dir: &Path, kind: &str, key: &str, node: &NodeInfo) {
         .mode(0o600)
         .open(&partial)
         .and_then(|mut f| f.write_all(&text));
-    if written.is_err() || fs::rename(&partial, file_for(dir, kind, key)).is_err() {
+    if written.is_err() || fs::rename(&partial, file_for(&dir, kind, key)).is_err() {
         let _ = fs::remove_file(&partial);
     }
 }

@@ -60,8 +60,10 @@ pub fn ensure(
     runtime: &str,
 ) -> Result<PathBuf, String> {
     let source = builder_source(runtime);
+    // The resolved folder from here on: Node and Landlock open the blob's path again at
+    // every spawn, and a link on the way as given could be swapped by then.
+    let dir = &crate::cache::prepare(dir)?;
     let blob = dir.join(format!("runtime-{}.blob", key(node, flags, &source)));
-    crate::cache::prepare(dir)?;
     if let Ok(meta) = fs::symlink_metadata(&blob) {
         trusted(&blob, &meta)?;
         return Ok(blob);

@@ -247,21 +247,31 @@ impl Sandbox {
 }
 
 /// The children's working directory: one empty directory per host process,
-/// `$TMPDIR/toolsearch-sandbox-PID-host` (0700), shared by every sandbox of that process. It
-/// cannot outlive its host for long: it is removed when the process exits normally, and a
-/// host that was killed leaves one that the next host to start removes (a directory whose
-/// process is gone, and only if empty).
+/// `$TMPDIR/toolsearch-sandbox-PID-XXXXXXXX` (0700, a random tail), shared by every sandbox
+/// of that process. The tail is random because the temp dir is shared: a name other users
+/// can predict (the PID alone) they can create first, and a host that cannot make its
+/// directory has no code mode. It cannot outlive its host for long: it is removed when the
+/// process exits normally, and a host that was killed leaves one that the next host to start
+/// removes (a directory whose process is gone, and only if empty).
 pub(super) fn empty_dir() -> Result<PathBuf, String> {
     static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        use std::os::unix::fs::DirBuilderExt;
+        use std::os::unix::fs::PermissionsExt;
         let tmp = std::env::temp_dir();
         remove_stale_workdirs(&tmp);
-        let dir = tmp.join(format!("toolsearch-sandbox-{}-host", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // A fresh name on every collision (tempfile retries), created 0700 by this call, so
+        // the directory is always this process's own and empty.
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("toolsearch-sandbox-{}-", std::process::id()))
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&tmp)
+            .map_err(|e| {
+                format!(
+                    "cannot create a working directory in {}: {e}",
+                    tmp.display()
+                )
+            })?
+            .keep();
         extern "C" fn remove_at_exit() {
             if let Some(Ok(dir)) = DIR.get() {
                 let _ = std::fs::remove_dir(dir);

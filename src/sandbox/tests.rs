@@ -275,11 +275,11 @@ async fn many_concurrent_large_calls_never_break_the_framing() {
 fn a_killed_host_s_working_directory_is_removed_by_the_next_host() {
     let tmp = tempfile::tempdir().unwrap();
     // No process has a pid this large (Linux's pid_max is at most 2^22).
-    let stale = tmp.path().join("toolsearch-sandbox-99999999-host");
+    let stale = tmp.path().join("toolsearch-sandbox-99999999-a1b2c3");
     let live = tmp
         .path()
-        .join(format!("toolsearch-sandbox-{}-host", std::process::id()));
-    let not_empty = tmp.path().join("toolsearch-sandbox-99999998-host");
+        .join(format!("toolsearch-sandbox-{}-d4e5f6", std::process::id()));
+    let not_empty = tmp.path().join("toolsearch-sandbox-99999998-0a0b0c");
     for d in [&stale, &live, &not_empty] {
         std::fs::create_dir(d).unwrap();
     }
@@ -291,6 +291,30 @@ fn a_killed_host_s_working_directory_is_removed_by_the_next_host() {
         not_empty.join("kept").exists(),
         "nothing but an empty directory is removed"
     );
+}
+
+/// The name is this process's and unpredictable: another user who creates
+/// `toolsearch-sandbox-<PID>-host` (or any name it can guess) first cannot switch code mode
+/// off; the directory is this user's, private and empty.
+#[test]
+fn the_working_directory_has_a_name_no_one_can_take_first() {
+    use std::os::unix::fs::MetadataExt;
+    let squatted =
+        std::env::temp_dir().join(format!("toolsearch-sandbox-{}-host", std::process::id()));
+    let _ = std::fs::create_dir(&squatted);
+    let _ = std::fs::write(squatted.join("planted"), b"x");
+    let dir = super::spawn::empty_dir().expect("a working directory");
+    let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let tail = name
+        .strip_prefix(&format!("toolsearch-sandbox-{}-", std::process::id()))
+        .expect("named after this process");
+    assert!(tail.len() >= 6 && tail != "host", "{name}");
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    assert_eq!(meta.uid(), nix::unistd::geteuid().as_raw());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_file(squatted.join("planted"));
+    let _ = std::fs::remove_dir(&squatted);
 }
 
 /// The runtime without the isolate hooks (`[node] inner_hooks = false`, or a Node without

@@ -51,13 +51,19 @@ impl Store {
     /// The store of the model `key` under `root` (the embeddings folder), created if
     /// missing; `None` when it cannot be.
     pub fn open(root: &Path, key: &str, dim: usize) -> Option<Store> {
-        let dir = root.join(key.get(..32).unwrap_or(key));
-        // Vectors decide rankings: only a folder this user alone can write is used.
-        if let Err(e) = crate::cache::prepare(&dir) {
-            tracing::debug!("embedding cache off: {e}");
-            return None;
+        // Vectors decide rankings: only a folder this user alone can write is used, by
+        // its resolved path.
+        let dir = match crate::cache::prepare(&root.join(key.get(..32).unwrap_or(key))) {
+            Ok(dir) => dir,
+            Err(e) => {
+                tracing::debug!("embedding cache off: {e}");
+                return None;
+            }
+        };
+        // Among its neighbours by the same resolved path, so the one kept is recognised.
+        if let Some(resolved_root) = dir.parent() {
+            prune_models(resolved_root, &dir);
         }
-        prune_models(root, &dir);
         Some(Store {
             dir,
             dim,
