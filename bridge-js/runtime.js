@@ -5,14 +5,17 @@
 // seccomp, rlimits), and passes this file inline with -e, or starts Node from a startup
 // snapshot whose deserialize-main function is this file (src/sandbox/snapshot.rs: built at
 // first use with the same V8 flags, since any V8 flag costs Node its code cache); either way
-// no file grant is needed, and vm, net and the context below are made after start. The
+// no file grant is needed, and vm and the context below are made after start. The
 // parent also owns the clock: at the deadline it kills this process group, whatever runs
 // here. What this file adds is the innermost layer: the model's code runs in a vm context
 // that holds nothing of this (outer) realm, and talks to the parent only through JSON
 // strings.
 //
-// The channel is fd 3, a socketpair end the parent put there before exec. It carries one
-// JSON object per line ("frames"). stdout and stderr are not used for the protocol: guest
+// The channel is fd 3, a socketpair end the parent put there before exec (blocking on this
+// side). It carries one JSON object per line ("frames"). Frames are written whole with
+// blocking writes and read by this process's own loop below, without Node's net streams:
+// making a socket around the fd took ~1 ms at every start, and its write queue grew
+// without bound in the child. stdout and stderr are not used for the protocol: guest
 // code could write to them, and so could Node itself.
 //
 //   parent -> child: {"type":"run","code","limits":{...}}
@@ -26,13 +29,13 @@
 // file is a convenience layer, not the boundary.
 'use strict';
 
-// Ready first, written straight to the channel before Node's socket is made around it:
-// what follows (~2 ms: the socket, the guest's context and its bootstrap) happens while the
-// parent sends the run. No frame is handled before this file has run to its end: the data
-// handler is installed last, in this same turn of the event loop.
-require('fs').writeSync(3, '{"type":"ready"}\n');
+// Ready first: what follows (the guest's context and its bootstrap, ~1 ms) happens while
+// the parent sends the run. No frame is read before this file has set everything up: the
+// first read is its last statement.
+const fs = require('fs');
+const CHANNEL = 3;
+fs.writeSync(CHANNEL, '{"type":"ready"}\n');
 
-const net = require('net');
 const vm = require('vm');
 
 // Outer-realm primordials, captured before anything else runs.
@@ -48,8 +51,6 @@ let limits = {
   maxArgBytes: 64 * 1024,
 };
 
-const channel = new net.Socket({ fd: 3, readable: true, writable: true });
-
 // Frames carry only well-formed strings: a lone surrogate (half an emoji, cut by a slice)
 // would be sent as a \ud800 escape, which the parent's JSON parser refuses. It becomes
 // U+FFFD instead.
@@ -57,8 +58,22 @@ function wellFormed(key, value) {
   return typeof value === 'string' ? value.toWellFormed() : value;
 }
 
+// A frame goes out whole or not at all: callers check first that the stack has room for
+// all of this (see roomy()), and a blocking write only returns short when interrupted, so
+// the loop finishes what it began. A child that writes faster than the parent reads waits
+// here, instead of queueing without bound. A channel that fails means the parent is gone.
 function send(frame) {
-  channel.write(JSONStringify(frame, wellFormed) + '\n');
+  const out = Buffer.from(JSONStringify(frame, wellFormed) + '\n', 'utf8');
+  let done = 0;
+  while (done < out.length) {
+    try {
+      done += fs.writeSync(CHANNEL, out, done, out.length - done);
+    } catch (e) {
+      // Not the channel's fault (no room after all) and nothing written: not sent.
+      if (done === 0 && !(e && typeof e.syscall === 'string')) throw e;
+      if (e.code !== 'EAGAIN' && e.code !== 'EINTR') process.exit(70);
+    }
+  }
 }
 
 // Guest code chooses how deep the stack is when it logs or calls the bridge. An overflow
@@ -618,21 +633,29 @@ function run(frame) {
   inner.start(body);
 }
 
-// Lines are reassembled from chunks kept in a list, and only a new chunk is searched for
-// a newline: appending to one string and searching it whole on every 64 KiB chunk was
-// quadratic in the size of a large body.
-let chunks = [];
-channel.setEncoding('utf8');
-channel.on('data', (chunk) => {
-  let nl = chunk.indexOf('\n');
+// Frames in. Lines are cut at the newline byte (never part of a multi-byte UTF-8
+// sequence) and decoded whole; the bytes of a line not yet ended are kept as a list of
+// chunks, and only a new chunk is searched, so a large body is not read quadratically.
+let partial = [];
+const lines = [];
+function take(chunk) {
+  let start = 0;
+  let nl = chunk.indexOf(10);
   while (nl >= 0) {
-    chunks.push(chunk.slice(0, nl));
-    const line = chunks.join('');
-    chunks = [];
-    chunk = chunk.slice(nl + 1);
-    nl = chunk.indexOf('\n');
-    // Each frame on its own: whatever one does (a guest getter run while its answer is
-    // delivered), the frames after it in this chunk are still handled.
+    partial.push(chunk.subarray(start, nl));
+    lines.push(Buffer.concat(partial).toString('utf8'));
+    partial = [];
+    start = nl + 1;
+    nl = chunk.indexOf(10, start);
+  }
+  if (start < chunk.length) partial.push(chunk.subarray(start));
+}
+
+// Each frame on its own: whatever one does (a guest getter run while its answer is
+// delivered), the frames after it are still handled.
+function handle() {
+  while (lines.length > 0) {
+    const line = lines.shift();
     try {
       const frame = JSONParse(line);
       if (frame.type === 'run') {
@@ -643,8 +666,31 @@ channel.on('data', (chunk) => {
       }
     } catch (e) {}
   }
-  if (chunk.length > 0) chunks.push(chunk);
-});
+}
+
+const CHUNK = 64 * 1024;
+function readFailed(e) {
+  if (e.code !== 'EAGAIN' && e.code !== 'EINTR') process.exit(70);
+}
+
+// Answers to bridge calls, as they come, on Node's loop (a read that ends the channel ends
+// the process: the parent is gone). Each chunk is a new buffer: unfinished lines keep
+// views into it.
+function readOn() {
+  const chunk = Buffer.allocUnsafe(CHUNK);
+  fs.read(CHANNEL, chunk, 0, CHUNK, null, (e, n) => {
+    if (e) {
+      readFailed(e);
+    } else if (n === 0) {
+      process.exit(0);
+    } else {
+      take(chunk.subarray(0, n));
+      handle();
+    }
+    readOn();
+  });
+}
+
 // The guest's own unhandled rejections (a fire-and-forget async helper that throws) are its
 // business: Node's default would end the process and lose the run. They are ignored (the
 // reason, a guest object, is never touched). Anything else uncaught is this file's fault
@@ -653,5 +699,21 @@ process.on('unhandledRejection', () => {});
 process.on('uncaughtException', () => {
   hostCall('error', 'code-error', 'an uncaught exception ended the run', 0);
 });
-channel.on('error', () => process.exit(70));
-channel.on('end', () => process.exit(0));
+
+// The run, last: read with a blocking read (a spare waits here until it is given one; the
+// parent sends nothing else first), then started at once, without a turn of the event
+// loop. The reader for the answers starts after the body's first synchronous part and its
+// microtasks (a body that returns at once is answered before it exists).
+while (lines.length === 0) {
+  const chunk = Buffer.allocUnsafe(CHUNK);
+  let n = -1;
+  try {
+    n = fs.readSync(CHANNEL, chunk, 0, CHUNK, null);
+  } catch (e) {
+    readFailed(e);
+  }
+  if (n === 0) process.exit(0);
+  if (n > 0) take(chunk.subarray(0, n));
+}
+handle();
+setImmediate(readOn);

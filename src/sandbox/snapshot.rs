@@ -5,14 +5,13 @@
 //! machine). A snapshot built with the same V8 flags (`--build-snapshot`) wins it back: the
 //! child then starts from `--snapshot-blob` instead of `-e RUNTIME`.
 //!
-//! What goes into the snapshot is deliberately little: the builder loads `net` (its code
-//! then comes compiled from the snapshot: 0.9 ms less from spawn to result, measured here)
-//! and registers the runtime as the function to run after deserialization. `vm` is loaded
+//! What goes into the snapshot is deliberately little: the builder only registers the
+//! runtime as the function to run after deserialization (the runtime needs no module the
+//! snapshot does not already hold but `vm`; it reads and writes fd 3 with `fs`). `vm` is loaded
 //! and the guest context created after the child starts, as with `-e`, because Node warns
 //! that `vm` "is not yet fully verified" in user snapshots (and aborts when a vm context
 //! is in one), and the vm context is the innermost security layer: it must be exactly the
-//! one the escape suite tests. No socket is made in the builder: the runtime makes its own
-//! on fd 3 after start.
+//! one the escape suite tests. Nothing touches fd 3 in the builder.
 //!
 //! The blob is code the child runs outside the vm, so the cache is trusted only as far as
 //! its directory is: it must be owned by this user and writable by no one else, and every
@@ -31,13 +30,11 @@ use std::time::{Duration, Instant};
 
 use super::NodeInfo;
 
-/// The builder script: `net` loaded, and the runtime, wrapped as the deserialize-main
-/// function. `require` inside it is the builder's, which serves built-in modules after
-/// deserialization (`net` from its module cache).
+/// The builder script: the runtime, wrapped as the deserialize-main function. `require`
+/// inside it is the builder's, which serves built-in modules after deserialization.
 pub fn builder_source(runtime: &str) -> String {
     format!(
         "'use strict';\n\
-         require('net');\n\
          require('v8').startupSnapshot.setDeserializeMainFunction(function toolsearchRuntime() {{\n\
          {runtime}\n\
          }});\n"
