@@ -135,7 +135,15 @@ pub struct McpHost {
     current: RwLock<Current>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     runs: AtomicU64,
+    /// [`MAX_CALLS_AT_ONCE`] places, one held by each tool call for as long as it runs.
+    calls: Arc<tokio::sync::Semaphore>,
 }
+
+/// Tool calls `mcp serve` runs at once, over all its sessions and both transports; one
+/// more is answered `busy` at once. The bound is on the call itself, not on its HTTP
+/// exchange: a client that hangs up after sending a call does not stop rmcp from running
+/// it, so a bound released with the response let one client queue ~1,000 runs (1.1 GB).
+pub const MAX_CALLS_AT_ONCE: usize = 32;
 
 const INSTRUCTIONS: &str = "toolsearch: search a large tool catalog and call tools through it, \
 instead of listing every tool. Start from the tools listed here.";
@@ -227,6 +235,15 @@ async fn bounded_request(
             ),
         );
     }
+    // An `initialize` is held to the opening bound whatever its headers: rmcp keeps the
+    // parameters of the latest one for the session's life, so a second one on an open
+    // session (with its id) would otherwise keep 4 MiB a session.
+    if !opening && bytes.len() > MAX_OPENING_BYTES && is_initialize(&bytes) {
+        return refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("an initialize may have at most {MAX_OPENING_BYTES} bytes"),
+        );
+    }
     // A place only once the body is here: a client that sends a head and never its body
     // holds a connection (until the body deadline), not one of these.
     let Ok(place) = in_flight.try_acquire_owned() else {
@@ -245,6 +262,25 @@ async fn bounded_request(
     })
 }
 
+/// Whether a JSON-RPC body is (or, as a batch, holds) an `initialize` request. Read after
+/// the body's size is bounded.
+fn is_initialize(bytes: &[u8]) -> bool {
+    // Other fields are skipped as they are read, never kept (no untagged enum, which
+    // would buffer the whole body as values first).
+    #[derive(serde::Deserialize)]
+    struct Method {
+        method: Option<String>,
+    }
+    let initialize = |m: &Method| m.method.as_deref() == Some("initialize");
+    let batch = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    // Not JSON-RPC at all: rmcp refuses it, and nothing is kept.
+    if batch {
+        serde_json::from_slice::<Vec<Method>>(bytes).is_ok_and(|all| all.iter().any(initialize))
+    } else {
+        serde_json::from_slice::<Method>(bytes).is_ok_and(|m| initialize(&m))
+    }
+}
+
 impl McpHost {
     pub fn new(parts: ServeParts) -> Result<Arc<Self>> {
         let current = build(&parts, &parts.dispatcher.catalog())?;
@@ -253,6 +289,7 @@ impl McpHost {
             current: RwLock::new(current),
             peers: Mutex::new(Vec::new()),
             runs: AtomicU64::new(0),
+            calls: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
         }))
     }
 
@@ -450,6 +487,13 @@ impl ServerHandler for Handler {
                 None,
             ));
         }
+        let Ok(_place) = Arc::clone(&self.0.calls).try_acquire_owned() else {
+            let busy = serde_json::json!({"ok": false, "error": {
+                "code": "busy",
+                "message": format!("{MAX_CALLS_AT_ONCE} tool calls are running, the most this server runs at once; call again when one has finished"),
+            }});
+            return Ok(CallToolResult::error(vec![ContentBlock::text(busy.to_string())]).into());
+        };
         let run = self.0.runs.fetch_add(1, Ordering::Relaxed) + 1;
         let args = Value::Object(request.arguments.unwrap_or_default());
         let (text, is_error) = agent

@@ -825,6 +825,64 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
     });
 }
 
+/// A call keeps its place for as long as it runs, not as long as its HTTP exchange: a
+/// client that sends calls and hangs up at once gets 32 running, and the next is `busy`
+/// at once, for everyone, until they end (without the bound one client queued ~1,000).
+#[test]
+fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
+    let (_dir, config) = config_with("[tools.toolSearch]\ncodeTimeoutMs = 3000\n");
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let call = |id: u64, code: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "tool_search_code", "arguments": {"code": code}}})
+    };
+    block_on(async {
+        let client = reqwest::Client::new();
+        let (status, session) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
+        assert_eq!(status, 200);
+        let session = session.unwrap();
+        mcp_post(&client, &url, Some(&session), initialized).await;
+        let slow = "await new Promise((r) => setTimeout(r, 2500)); return 1";
+        for n in 0..40u64 {
+            // Sent, then the connection dropped before any answer.
+            let _ = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .json(&call(100 + n, slow))
+                .timeout(std::time::Duration::from_millis(150))
+                .send()
+                .await;
+        }
+        let answer = |r: reqwest::Response| async move { r.text().await.unwrap() };
+        let post = |body: Value| {
+            client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .json(&body)
+                .send()
+        };
+        let text = answer(post(call(200, "return 2")).await.unwrap()).await;
+        assert!(
+            text.contains("busy") && text.contains("32 tool calls"),
+            "{text}"
+        );
+        // Once they have ended (run, or `busy` at their 3 s deadline), calls run again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let text = answer(post(call(300, "return 3")).await.unwrap()).await;
+            if !text.contains("busy") {
+                assert!(text.contains("\\\"value\\\":3"), "{text}");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "still busy: {text}");
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    });
+}
+
 #[test]
 fn mcp_serve_reads_bounded_bodies_and_holds_bounded_streams() {
     let (_dir, config) = config_with("");
@@ -874,6 +932,17 @@ fn mcp_serve_reads_bounded_bodies_and_holds_bounded_streams() {
         let r = post(Some(id.clone()), call).await.unwrap();
         assert_eq!(r.status().as_u16(), 413);
         assert!(r.text().await.unwrap().contains("JSON values"));
+
+        // A second initialize on the open session is held to the opening bound too: rmcp
+        // keeps the latest one's parameters for the session's life.
+        let r = post(
+            Some(id.clone()),
+            initialize(json!({"pad": "x".repeat(20_000)})).to_string(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status().as_u16(), 413);
+        assert!(r.text().await.unwrap().contains("initialize"));
 
         // Streams: 2 a session, 128 in all; the 129th is refused, not queued.
         let mut streams = Vec::new();

@@ -468,10 +468,17 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
                         "no tool result for the call `{id}` of `{name}`; send one for every call before the next message"
                     )));
                 }
-                open = tool_calls
-                    .iter()
-                    .map(|c| (c.id.clone(), c.name.clone()))
-                    .collect();
+                open = HashMap::with_capacity(tool_calls.len());
+                for c in tool_calls.iter() {
+                    // One result answers one call: two calls of one id would both be
+                    // "answered" by it, and the provider would get a call without its result.
+                    if open.insert(c.id.clone(), c.name.clone()).is_some() {
+                        return Err(bad(format!(
+                            "two tool calls of one message have the id `{}`; each call needs an id of its own",
+                            c.id
+                        )));
+                    }
+                }
                 order = tool_calls.iter().map(|c| c.id.clone()).collect();
             }
             Message::Tool { call_id, name, .. } => {
@@ -603,6 +610,18 @@ mod tests {
             content: String::new(),
             tool_calls: calls,
         }
+    }
+
+    #[test]
+    fn two_calls_of_one_id_are_refused_as_one_result_would_answer_both() {
+        let mut m = vec![
+            user("q"),
+            asked(vec![call("c1", "f"), call("c1", "g")]),
+            result("c1"),
+        ];
+        let e = settle(&mut m).unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("`c1`"), "{}", e.message);
     }
 
     #[test]

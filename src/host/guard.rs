@@ -86,6 +86,20 @@ impl Guard {
                 )));
             }
         }
+        // A browser names where a request comes from in Sec-Fetch-Site, on every request,
+        // where Origin is absent from the simple GETs any page can make (an <img> of
+        // /v1/models made the gateway call its provider with the key). SDKs and tools send
+        // no such header; a page of an allowed origin is same-origin or listed above.
+        if let Some(site) = headers.get("sec-fetch-site") {
+            let site = site.to_str().unwrap_or_default();
+            let allowed_origin = headers.get(header::ORIGIN).is_some();
+            if !allowed_origin && !matches!(site, "same-origin" | "none") {
+                return Err(forbidden(format!(
+                    "a request a browser made for a page of another site (Sec-Fetch-Site: {}) is not answered",
+                    crate::catalog::compact::cut(site, 40)
+                )));
+            }
+        }
         if method == Method::POST && !is_json(headers) {
             return Err(Refusal {
                 status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -167,6 +181,32 @@ mod tests {
                 .check(&Method::GET, &headers(&[("host", "evil.example")]))
                 .is_ok()
         );
+    }
+
+    /// An <img> or <script> of another site's page carries no Origin, but its browser says
+    /// where it comes from: refused unless same-origin, or typed by the user (`none`), or
+    /// from an origin on the list.
+    #[test]
+    fn a_browser_s_cross_site_request_without_origin_is_refused() {
+        let g = Guard::new(true, &["http://localhost:3000".into()], Guard::plain);
+        for site in ["cross-site", "same-site", "weird"] {
+            let h = [("host", "127.0.0.1:8788"), ("sec-fetch-site", site)];
+            assert_eq!(
+                g.check(&Method::GET, &headers(&h)).unwrap_err().status,
+                StatusCode::FORBIDDEN,
+                "{site}"
+            );
+        }
+        for site in ["same-origin", "none"] {
+            let h = [("host", "127.0.0.1:8788"), ("sec-fetch-site", site)];
+            assert!(g.check(&Method::GET, &headers(&h)).is_ok(), "{site}");
+        }
+        let listed = [
+            ("host", "localhost"),
+            ("origin", "http://localhost:3000"),
+            ("sec-fetch-site", "same-site"),
+        ];
+        assert!(g.check(&Method::GET, &headers(&listed)).is_ok());
     }
 
     #[test]
