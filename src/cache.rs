@@ -11,6 +11,19 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// A new folder in the temp dir, `<prefix>XXXXXXXX` (0700, a random tail, made by this
+/// call: never one that was there), for whatever a process keeps in the shared temp dir.
+/// A name others can predict (a PID, a counter) they can create first, with a link or a
+/// config planted in it for this process to follow or run. Kept (not removed on drop):
+/// the caller removes it.
+pub fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(fs::Permissions::from_mode(0o700))
+        .tempdir_in(std::env::temp_dir())?
+        .keep())
+}
+
 /// `$XDG_CACHE_HOME/toolsearch`, else `$HOME/.cache/toolsearch`; none without either
 /// (nothing is cached). A relative `XDG_CACHE_HOME` is ignored, as the XDG base directory
 /// specification asks; so is a relative `HOME`.
@@ -45,19 +58,35 @@ pub fn folder(name: &str) -> Option<PathBuf> {
 ///   planted, and everything in a cache can be rebuilt.
 pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     let me = nix::unistd::geteuid().as_raw();
-    // The path as given, without following links: a link, or a folder holding one, that
-    // another user owns could be pointed elsewhere at any time. (Later swaps cannot reach
-    // this process, which goes through the resolved path only; this refuses a cache that
-    // another user could redirect for the next one. Folders on the resolved path are
-    // checked for write access below.)
+    // The path as given, without following links. A link another user owns, or one in a
+    // folder others may write (where it can be replaced), could resolve differently from
+    // one look to the next: between the check and the creation, or between two
+    // resolutions, turning the folder made private and emptied below into anyone's
+    // (`/tmp`'s contents emptied, `/etc` made 0700). So every step must belong to root or
+    // this user, and every link must sit in a folder only they can change (or a sticky
+    // one, where others cannot replace what is not theirs). Then the path resolves the
+    // same way every time, and later swaps could not reach this process anyway: it goes
+    // through the resolved path only.
     if dir.is_absolute() {
         for step in dir.ancestors() {
-            if let Ok(m) = fs::symlink_metadata(step)
-                && m.uid() != 0
-                && m.uid() != me
-            {
+            let Ok(m) = fs::symlink_metadata(step) else {
+                continue;
+            };
+            let foreign = |m: &fs::Metadata| m.uid() != 0 && m.uid() != me;
+            if foreign(&m) {
                 return Err(format!(
                     "{} is owned by another user; nothing is cached under it",
+                    step.display()
+                ));
+            }
+            if m.file_type().is_symlink()
+                && let Some(parent) = step.parent()
+                && let Ok(p) = fs::symlink_metadata(parent)
+                && p.mode() & 0o022 != 0
+                && p.mode() & 0o1000 == 0
+            {
+                return Err(format!(
+                    "{} is a link in a folder others can write; nothing is cached under it",
                     step.display()
                 ));
             }
@@ -78,12 +107,29 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     if meta.uid() != me {
         return Err(format!("{} is not owned by this user", real.display()));
     }
-    let cache_root = root().and_then(|r| r.canonicalize().ok());
+    // The cache root as found from this same resolution (never resolved again): `dir`'s
+    // steps below the root, taken off `real`.
+    let below_root = root()
+        .and_then(|r| dir.strip_prefix(r).ok().map(|t| t.components().count()))
+        .unwrap_or(0);
+    let real_root = real
+        .ancestors()
+        .nth(below_root)
+        .unwrap_or(&real)
+        .to_path_buf();
     for folder in real.ancestors() {
         let m = fs::symlink_metadata(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-        let ours = cache_root.as_deref().is_some_and(|r| folder.starts_with(r)) || folder == real;
+        let ours = folder.starts_with(&real_root);
         let writable_by_others = m.mode() & 0o022 != 0;
+        let sticky = m.mode() & 0o1000 != 0;
         if ours && m.uid() == me {
+            // A sticky folder is shared on purpose (`/tmp`): never made private or emptied.
+            if sticky {
+                return Err(format!(
+                    "{} is a shared folder (sticky); nothing is cached in it",
+                    folder.display()
+                ));
+            }
             if writable_by_others {
                 make_private(folder)?;
                 empty(folder);
@@ -96,7 +142,6 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
             }
             continue;
         }
-        let sticky = m.mode() & 0o1000 != 0;
         if (m.uid() != 0 && m.uid() != me) || (writable_by_others && !sticky) {
             return Err(format!(
                 "{} is writable by others or owned by another user; nothing is cached under it",
@@ -260,6 +305,22 @@ mod tests {
         fs::remove_file(&link).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
         assert!(resolved.starts_with(mine.canonicalize().unwrap()));
+
+        // A link where others can replace it could resolve to any folder between two looks
+        // (one race emptied a stand-in for /tmp): refused, though the link is ours.
+        let open = tmp.path().join("open");
+        fs::create_dir(&open).unwrap();
+        std::os::unix::fs::symlink(&mine, open.join("cache")).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = prepare(&open.join("cache").join("snapshots")).unwrap_err();
+        assert!(err.contains("a link in a folder others can write"), "{err}");
+        // A shared (sticky) folder reached as the folder itself is never made private.
+        let shared = tmp.path().join("sticky");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+        let err = prepare(&shared).unwrap_err();
+        assert!(err.contains("sticky"), "{err}");
+        assert_eq!(fs::metadata(&shared).unwrap().mode() & 0o7777, 0o1777);
 
         if !nix::unistd::geteuid().is_root() {
             return; // giving a link to another user needs root

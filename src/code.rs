@@ -190,10 +190,14 @@ pub async fn run_with(
         code: "cancelled",
         message: "the run was cancelled by its caller before it started".into(),
     };
-    let slot = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => Err(not_started()),
-        slot = sandbox.slot(timeout) => slot,
+    // A body over the size bound takes no slot and no child.
+    let slot = match sandbox.admit(code) {
+        Err(e) => Err(e),
+        Ok(()) => tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(not_started()),
+            slot = sandbox.slot(timeout) => slot,
+        },
     };
     let outcome = match slot {
         Err(e) => RunReport::failed(e),

@@ -1770,3 +1770,40 @@ fn a_large_after_hook_rewrite_is_bounded_too() {
         &t[t.len().saturating_sub(80)..]
     );
 }
+
+/// A call whose executor began is in the session log even when its caller stops waiting:
+/// a code-mode run that fires a call and returns ends while the tool is still running; the
+/// tool has acted (its ledger line), and the log says so (`aborted`), so the log and the
+/// telemetry's `call_count` agree.
+#[test]
+fn a_call_still_running_when_its_run_ends_is_logged_as_aborted() {
+    let sb = Sandbox::new();
+    let catalog = sb.write(
+        "ledger.json",
+        format!(
+            r#"{{"tools": [{{"name": "ledger", "description": "append to a ledger", "executor": {{"kind": "command", "command": ["/bin/sh", "-c", "/bin/cat >> {dir}/ledger; /bin/sleep 5"], "timeout_ms": 20000}}}}]}}"#,
+            dir = sb.dir_str()
+        ),
+    );
+    let body = "openclaw.tools.call('ledger', {amount: 1000}).then(() => {});\n\
+                const t = Date.now(); while (Date.now() - t < 3000) {}\n\
+                return 'bye'";
+    let out = run(sb.with_state().arg("--catalog").arg(&catalog).args([
+        "--session",
+        SESSION,
+        "code",
+        body,
+        "--json",
+    ]));
+    let v = out.json();
+    assert_eq!(v["value"], "bye", "{}", out.stdout);
+    assert_eq!(v["telemetry"]["call_count"], 1);
+    assert!(
+        sb.read("ledger").is_some_and(|l| l.contains("1000")),
+        "the tool did not start within 3 s"
+    );
+    let calls = sb.events("call");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["outcome"], "aborted", "{calls:?}");
+    assert_eq!(calls[0]["caller"], "code");
+}

@@ -827,15 +827,31 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
 
 /// A call keeps its place for as long as it runs, not as long as its HTTP exchange: a
 /// client that sends calls and hangs up at once gets 32 running, and the next is `busy`
-/// at once, for everyone, until they end (without the bound one client queued ~1,000).
+/// at once, for everyone, until they end (without the bound one client started 300 tool
+/// processes, or queued ~1,000 code runs).
 #[test]
 fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
-    let (_dir, config) = config_with("[tools.toolSearch]\ncodeTimeoutMs = 3000\n");
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("nap.json");
+    std::fs::write(
+        &catalog,
+        r#"{"tools": [{"name": "nap", "description": "sleeps", "executor": {"kind": "command", "command": ["/bin/sleep", "6"], "timeout_ms": 20000}}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[catalog]\npaths = [{:?}]\n\n[tools.toolSearch]\nmode = \"tools\"\n",
+            catalog.display().to_string()
+        ),
+    )
+    .unwrap();
     let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let call = |id: u64, code: &str| {
+    let call = |id: u64, tool: &str| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "tool_search_code", "arguments": {"code": code}}})
+            "params": {"name": "tool_call", "arguments": {"id": tool, "args": {}}}})
     };
     block_on(async {
         let client = reqwest::Client::new();
@@ -843,14 +859,13 @@ fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
         assert_eq!(status, 200);
         let session = session.unwrap();
         mcp_post(&client, &url, Some(&session), initialized).await;
-        let slow = "await new Promise((r) => setTimeout(r, 2500)); return 1";
         for n in 0..40u64 {
             // Sent, then the connection dropped before any answer.
             let _ = client
                 .post(&url)
                 .header("accept", "application/json, text/event-stream")
                 .header("mcp-session-id", &session)
-                .json(&call(100 + n, slow))
+                .json(&call(100 + n, "nap"))
                 .timeout(std::time::Duration::from_millis(150))
                 .send()
                 .await;
@@ -864,22 +879,69 @@ fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
                 .json(&body)
                 .send()
         };
-        let text = answer(post(call(200, "return 2")).await.unwrap()).await;
+        let text = answer(post(call(200, "nap")).await.unwrap()).await;
         assert!(
             text.contains("busy") && text.contains("32 tool calls"),
             "{text}"
         );
-        // Once they have ended (run, or `busy` at their 3 s deadline), calls run again.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // Once they have ended, calls run again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let text = answer(post(call(300, "return 3")).await.unwrap()).await;
+            let text = answer(post(call(300, "no-such-tool")).await.unwrap()).await;
             if !text.contains("busy") {
-                assert!(text.contains("\\\"value\\\":3"), "{text}");
+                assert!(text.contains("unknown"), "{text}");
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "still busy: {text}");
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
+    });
+}
+
+/// The children's working directory is looked at before each spawn: removed under a
+/// running host (a temp cleaner; another host that took it for a dead one's), it is made
+/// anew, and code mode goes on.
+#[test]
+fn code_mode_survives_its_working_directory_being_removed() {
+    let (_dir, config) = config_with("[sandbox]\nspares = 0\nmax_spares = 0\n");
+    let (serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let prefix = format!("toolsearch-sandbox-{}-", serve.0.id());
+    let workdirs = || -> Vec<PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    };
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "tool_search_code", "arguments": {"code": "return 40 + 2"}}})
+    };
+    block_on(async {
+        let client = reqwest::Client::new();
+        let (_, session) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
+        let session = session.unwrap();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        mcp_post(&client, &url, Some(&session), initialized).await;
+        let run = |id: u64| {
+            let r = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .json(&call(id))
+                .send();
+            async move { r.await.unwrap().text().await.unwrap() }
+        };
+        assert!(run(2).await.contains("\\\"value\\\":42"));
+        let before = workdirs();
+        assert_eq!(before.len(), 1, "{before:?}");
+        std::fs::remove_dir(&before[0]).unwrap();
+        let text = run(3).await;
+        assert!(text.contains("\\\"value\\\":42"), "{text}");
+        let after = workdirs();
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert_ne!(after, before);
     });
 }
 

@@ -407,6 +407,16 @@ impl Dispatcher {
                 json!({"call_id": progress_id, "message": message}),
             );
         });
+        // From here the tool may act: a caller that stops waiting (its run ended, its turn
+        // was aborted) still leaves the call in the log, as `aborted`.
+        let mut unlogged = Unlogged {
+            dispatcher: self,
+            entry,
+            call_id: call_id.clone(),
+            request: &request,
+            started,
+            armed: true,
+        };
         let output = self
             .executors
             .run(ExecCall {
@@ -456,6 +466,7 @@ impl Dispatcher {
         } else {
             Outcome::Ok
         };
+        unlogged.armed = false;
         self.log_call(
             entry,
             &call_id,
@@ -504,6 +515,19 @@ impl Dispatcher {
             result,
             stop_after_batch: false,
         }
+    }
+
+    /// Logs a call whose executor began (so the tool may have acted) and whose caller
+    /// stopped waiting before it ended.
+    fn log_aborted(&self, guard: &Unlogged<'_>) {
+        self.log_call(
+            guard.entry,
+            &guard.call_id,
+            guard.request,
+            "aborted",
+            guard.started,
+            None,
+        );
     }
 
     fn log_call(
@@ -588,6 +612,26 @@ fn keys(map: &Map<String, Value>) -> String {
         .map(|k| format!("`{k}`"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A call between the start of its executor and its own `call` event: dropped armed (the
+/// future was dropped: a sandbox run that ended, a turn that was aborted), it logs the call
+/// as `aborted`, so every call that may have acted is in the log.
+struct Unlogged<'a> {
+    dispatcher: &'a Dispatcher,
+    entry: &'a Entry,
+    call_id: String,
+    request: &'a CallRequest,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for Unlogged<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.dispatcher.log_aborted(self);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,7 +50,9 @@ impl Sandbox {
         let path = node::choose(node).map_err(|m| SandboxError::new("unavailable", m))?;
         let info = node::probe(&path).map_err(|m| SandboxError::new("unavailable", m))?;
         let plan = Plan::new(&policy, &info.path);
-        let workdir = empty_dir().map_err(|e| SandboxError::new("unavailable", e))?;
+        // A sandbox that cannot make its children's working directory is unavailable now,
+        // not at its first spawn.
+        empty_dir().map_err(|e| SandboxError::new("unavailable", e))?;
         // The flags that shape the runtime at start: they key the startup snapshot and are
         // given to its builder too. No code generation from strings in the outer realm
         // either, so an outer Function that reached a guest could compile nothing; the
@@ -107,7 +109,6 @@ impl Sandbox {
             node: info,
             policy,
             plan,
-            workdir,
             args,
             snapshot,
             calibration,

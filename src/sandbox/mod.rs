@@ -119,7 +119,6 @@ pub struct Sandbox {
     node: NodeInfo,
     policy: SandboxPolicy,
     plan: Plan,
-    workdir: PathBuf,
     args: Vec<String>,
     /// The runtime's startup snapshot, when V8 flags are used and the cache is usable.
     snapshot: Option<PathBuf>,

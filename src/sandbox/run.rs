@@ -62,6 +62,13 @@ impl Drop for Outbox {
     }
 }
 
+/// What a run collects while it runs: the guest's console lines, and its bridge calls in
+/// flight (each a task, with its id and outcome).
+struct Held {
+    logs: Vec<LogLine>,
+    calls: JoinSet<(u64, Result<Value, BridgeFailure>)>,
+}
+
 /// Bytes a `bridge` frame may carry beyond its arguments (`{"type":"bridge","id":N,
 /// "method":"describe","args":...}`), so the parent can bound the arguments by the line.
 const BRIDGE_FRAME_OVERHEAD: usize = 128;
@@ -85,8 +92,24 @@ impl Sandbox {
         }
     }
 
+    /// Whether `code` may be run at all (its size): checked before a slot or a child is
+    /// taken for it, and again on the child.
+    pub fn admit(&self, code: &str) -> Result<(), SandboxError> {
+        let max = self.policy.limits.max_code_bytes;
+        if code.len() > max {
+            return Err(SandboxError::new(
+                "code-error",
+                format!("the code is {} bytes; the limit is {max}", code.len()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Takes a slot, spawns a child and runs `code` on it.
     pub async fn run(&self, code: &str, timeout: Duration, bridge: Arc<dyn Bridge>) -> RunReport {
+        if let Err(e) = self.admit(code) {
+            return RunReport::failed(e);
+        }
         let _slot = match self.slot(timeout).await {
             Ok(s) => s,
             Err(e) => return RunReport::failed(e),
@@ -111,19 +134,32 @@ impl Sandbox {
         cancel: CancellationToken,
     ) -> RunReport {
         let cancel = cancel.child_token();
-        let mut logs = Vec::new();
-        let max = self.policy.limits.max_code_bytes;
-        let outcome = if code.len() > max {
-            Err(SandboxError::new(
-                "code-error",
-                format!("the code is {} bytes; the limit is {max}", code.len()),
-            ))
-        } else {
-            self.drive(&mut child, code, timeout, bridge, &cancel, &mut logs)
-                .await
+        let mut held = Held {
+            logs: Vec::new(),
+            calls: JoinSet::new(),
         };
+        let outcome = match self.admit(code) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                self.drive(&mut child, code, timeout, bridge, &cancel, &mut held)
+                    .await
+            }
+        };
+        let Held {
+            logs,
+            calls: mut in_flight,
+        } = held;
         cancel.cancel();
         child.kill_now_reap_later();
+        // The calls still running are stopped, and waited for (briefly) until they are
+        // gone: a call that never began never will, and one whose tool began is logged
+        // (`aborted`) before the run's report goes back, so the log has every call that
+        // may have acted by the time the caller reads it.
+        in_flight.abort_all();
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while in_flight.join_next().await.is_some() {}
+        })
+        .await;
         RunReport { outcome, logs }
     }
 
@@ -138,8 +174,12 @@ impl Sandbox {
         timeout: Duration,
         bridge: Arc<dyn Bridge>,
         cancel: &CancellationToken,
-        logs: &mut Vec<LogLine>,
+        held: &mut Held,
     ) -> Result<Value, SandboxError> {
+        let Held {
+            logs,
+            calls: in_flight,
+        } = held;
         let l = &self.policy.limits;
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -170,7 +210,6 @@ impl Sandbox {
         };
         let permits = Arc::new(Semaphore::new(l.max_calls_in_flight.max(1)));
         let mut log_bytes = 0usize;
-        let mut in_flight: JoinSet<(u64, Result<Value, BridgeFailure>)> = JoinSet::new();
         let mut bridge_calls = 0usize;
         loop {
             tokio::select! {

@@ -197,7 +197,7 @@ impl Sandbox {
             Entry::Snapshot(blob) => cmd.arg("--snapshot-blob").arg(blob),
         };
         cmd.env_clear()
-            .current_dir(&self.workdir)
+            .current_dir(empty_dir().map_err(std::io::Error::other)?)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -247,44 +247,55 @@ impl Sandbox {
 }
 
 /// The children's working directory: one empty directory per host process,
-/// `$TMPDIR/toolsearch-sandbox-PID-XXXXXXXX` (0700, a random tail), shared by every sandbox
-/// of that process. The tail is random because the temp dir is shared: a name other users
-/// can predict (the PID alone) they can create first, and a host that cannot make its
-/// directory has no code mode. It cannot outlive its host for long: it is removed when the
-/// process exits normally, and a host that was killed leaves one that the next host to start
-/// removes (a directory whose process is gone, and only if empty).
+/// `$TMPDIR/toolsearch-sandbox-PID-XXXXXXXX` (0700, a random tail: a name others can
+/// predict they can create first, and a host that cannot make its directory has no code
+/// mode), shared by every sandbox of that process and looked at before every spawn: one
+/// that is gone (a temp cleaner, or another host in another PID namespace that took it for
+/// a dead host's) is made anew, so code mode does not die with it. It cannot outlive its
+/// host for long: it is removed when the process exits normally, and a host that was killed
+/// leaves one that the next host to start removes (a directory whose process is gone, and
+/// only if empty).
 pub(super) fn empty_dir() -> Result<PathBuf, String> {
-    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        use std::os::unix::fs::PermissionsExt;
-        let tmp = std::env::temp_dir();
-        remove_stale_workdirs(&tmp);
-        // A fresh name on every collision (tempfile retries), created 0700 by this call, so
-        // the directory is always this process's own and empty.
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("toolsearch-sandbox-{}-", std::process::id()))
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir_in(&tmp)
+    use std::os::unix::fs::MetadataExt;
+    static DIR: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    let mut current = DIR.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(dir) = current.as_ref() {
+        let ours = std::fs::symlink_metadata(dir).is_ok_and(|m| {
+            m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0
+        });
+        if ours {
+            return Ok(dir.clone());
+        }
+        tracing::warn!(
+            "sandbox: the working directory {} is gone; making another",
+            dir.display()
+        );
+    }
+    let tmp = std::env::temp_dir();
+    remove_stale_workdirs(&tmp);
+    let dir =
+        crate::cache::private_temp_dir(&format!("toolsearch-sandbox-{}-", std::process::id()))
             .map_err(|e| {
                 format!(
                     "cannot create a working directory in {}: {e}",
                     tmp.display()
                 )
-            })?
-            .keep();
-        extern "C" fn remove_at_exit() {
-            if let Some(Ok(dir)) = DIR.get() {
-                let _ = std::fs::remove_dir(dir);
-            }
+            })?;
+    *current = Some(dir.clone());
+    extern "C" fn remove_at_exit() {
+        if let Ok(current) = DIR.try_lock()
+            && let Some(dir) = current.as_ref()
+        {
+            let _ = std::fs::remove_dir(dir);
         }
-        // SAFETY: registers a plain function with no captured state; failure only means
-        // the directory is left for the next host's clean-up.
-        unsafe {
-            libc::atexit(remove_at_exit);
-        }
-        Ok(dir)
-    })
-    .clone()
+    }
+    // SAFETY: registers a plain function with no captured state; failure only means
+    // the directory is left for the next host's clean-up.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(remove_at_exit);
+    });
+    Ok(dir)
 }
 
 pub(super) fn remove_stale_workdirs(tmp: &Path) {
