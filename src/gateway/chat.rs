@@ -145,7 +145,7 @@ async fn create_inner(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
     let admitted = gw.admit()?;
-    let mut budget = Budget::default();
+    let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let (input, system) = chat_messages(&request.messages, &mut budget)?;

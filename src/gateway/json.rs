@@ -8,7 +8,10 @@
 //! [`bounded::MAX_JSON_VALUES`] together. A test below fails on any other JSON parse in
 //! `src/gateway/`.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::ApiError;
 use crate::provider::bounded;
@@ -18,6 +21,8 @@ use crate::provider::bounded;
 pub enum Unread {
     /// The text holds more values than the budget has left.
     Over(String),
+    /// The gateway's pool of values parsed at once is spent (the request may retry).
+    Busy(String),
     /// Not JSON, or not a `T` (with the path of the bad value).
     Bad(serde_path_to_error::Error<serde_json::Error>),
 }
@@ -26,7 +31,18 @@ pub enum Unread {
 #[derive(Debug)]
 pub struct Budget {
     left: usize,
+    /// The pool of values parsed at once that this budget draws on too, if any (the
+    /// gateway's: [`VALUES_IN_FLIGHT`]), and what it holds of it.
+    pool: Option<Arc<Semaphore>>,
+    held: Option<OwnedSemaphorePermit>,
 }
+
+/// JSON values the requests in flight may have parsed together, in units of
+/// [`VALUES_PER_UNIT`]. Each request may parse 200,000, and parsed they cost ~280 bytes
+/// each with the gateway's messages (measured: 128 requests of 39,000 one-letter messages
+/// held 7 GB); 4,000,000 is about 1.1 GB, twenty requests at their bound at once.
+pub const VALUES_IN_FLIGHT: usize = 4_000_000;
+pub const VALUES_PER_UNIT: usize = 64;
 
 impl Default for Budget {
     fn default() -> Self {
@@ -36,18 +52,48 @@ impl Default for Budget {
 
 impl Budget {
     pub fn new(values: usize) -> Self {
-        Budget { left: values }
+        Budget {
+            left: values,
+            pool: None,
+            held: None,
+        }
     }
 
-    /// Takes what `text` may hold from the budget, or says it is over.
-    fn take(&mut self, text: &[u8]) -> Result<(), String> {
+    /// A request's budget that also takes what it parses from `pool` (units of
+    /// [`VALUES_PER_UNIT`]), until what [`Budget::into_held`] gives back is dropped.
+    pub fn pooled(pool: Arc<Semaphore>) -> Self {
+        Budget {
+            pool: Some(pool),
+            ..Budget::default()
+        }
+    }
+
+    /// What this budget holds of its pool, to keep for as long as what it parsed lives.
+    pub fn into_held(mut self) -> Option<OwnedSemaphorePermit> {
+        self.held.take()
+    }
+
+    /// Takes what `text` may hold from the budget (and the pool), or says why not.
+    fn take(&mut self, text: &[u8]) -> Result<(), Unread> {
         let n = bounded::count_values(text);
         if n > self.left {
-            return Err(format!(
+            return Err(Unread::Over(format!(
                 "it holds about {n} JSON values, over the {} this request may still have read (at most {} in all)",
                 self.left,
                 bounded::MAX_JSON_VALUES
-            ));
+            )));
+        }
+        if let Some(pool) = &self.pool {
+            let units = u32::try_from(n.div_ceil(VALUES_PER_UNIT)).unwrap_or(u32::MAX);
+            let Ok(permit) = Arc::clone(pool).try_acquire_many_owned(units) else {
+                return Err(Unread::Busy(format!(
+                    "the requests in flight have about {VALUES_IN_FLIGHT} JSON values parsed, the most this gateway holds at once; retry shortly"
+                )));
+            };
+            match &mut self.held {
+                Some(held) => held.merge(permit),
+                None => self.held = Some(permit),
+            }
         }
         self.left -= n;
         Ok(())
@@ -55,13 +101,16 @@ impl Budget {
 
     /// `text` as `T`, within the budget.
     pub fn parse<T: DeserializeOwned>(&mut self, text: &str) -> Result<T, String> {
-        self.take(text.as_bytes())?;
+        self.take(text.as_bytes()).map_err(|e| match e {
+            Unread::Over(m) | Unread::Busy(m) => m,
+            Unread::Bad(e) => e.to_string(),
+        })?;
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
 
     /// `text` as `T` within the budget; a value that is not a `T` is named by its path.
     pub fn parse_at<T: DeserializeOwned>(&mut self, text: &[u8]) -> Result<T, Unread> {
-        self.take(text).map_err(Unread::Over)?;
+        self.take(text)?;
         let mut de = serde_json::Deserializer::from_slice(text);
         serde_path_to_error::deserialize(&mut de).map_err(Unread::Bad)
     }
@@ -74,6 +123,7 @@ impl Budget {
                 Unread::Over(e) => {
                     return ApiError::bad_request(format!("the body is too intricate: {e}"));
                 }
+                Unread::Busy(e) => return ApiError::too_many(e),
                 Unread::Bad(e) => e,
             };
             let path = e.path().to_string();
@@ -122,6 +172,32 @@ mod tests {
         // 8 of 10 taken: a third list of four does not fit, however small its text.
         let e = budget.parse::<Value>("[1, 2, 3]").unwrap_err();
         assert!(e.contains("JSON values"), "{e}");
+    }
+
+    /// The requests in flight share one pool: a request's parse that would take the pool
+    /// past its bound is refused (429, the body unparsed), and what a request held comes
+    /// back when it is dropped.
+    #[test]
+    fn the_requests_in_flight_share_one_pool_of_parsed_values() {
+        // 5 units of values and the list itself: 6 units each, two fit in 12.
+        let pool = Arc::new(Semaphore::new(12));
+        let list = format!("[{}]", vec!["0"; 5 * VALUES_PER_UNIT].join(","));
+        let mut first = Budget::pooled(Arc::clone(&pool));
+        let _: Value = first.body(list.as_bytes()).unwrap();
+        let mut second = Budget::pooled(Arc::clone(&pool));
+        let _: Value = second.body(list.as_bytes()).unwrap();
+        let e = Budget::pooled(Arc::clone(&pool))
+            .body::<Value>(list.as_bytes())
+            .unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(e.message.contains("retry"), "{}", e.message);
+        let held = first.into_held();
+        assert!(held.is_some());
+        assert_eq!(pool.available_permits(), 0);
+        drop(held);
+        let _: Value = Budget::pooled(Arc::clone(&pool))
+            .body(list.as_bytes())
+            .unwrap();
     }
 
     /// Every JSON parse in `src/gateway/` goes through [`Budget`]: a parse written

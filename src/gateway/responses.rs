@@ -149,7 +149,7 @@ async fn create_inner(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
     let admitted = gw.admit()?;
-    let mut budget = Budget::default();
+    let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
     if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(ApiError::bad_request(

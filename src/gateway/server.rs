@@ -98,6 +98,8 @@ pub struct Gateway {
     retrievals: Arc<tokio::sync::Semaphore>,
     /// [`MAX_CONTINUED_BYTES`] in KiB, taken by [`Gateway::hold_continued`].
     continued: Arc<tokio::sync::Semaphore>,
+    /// [`super::json::VALUES_IN_FLIGHT`], in units, taken by every request's [`Gateway::budget`].
+    values: Arc<tokio::sync::Semaphore>,
     shutdown: CancellationToken,
 }
 
@@ -131,6 +133,9 @@ impl Gateway {
             turns: Arc::new(tokio::sync::Semaphore::new(MAX_TURNS_AT_ONCE)),
             retrievals: Arc::new(tokio::sync::Semaphore::new(MAX_RETRIEVALS_AT_ONCE)),
             continued: Arc::new(tokio::sync::Semaphore::new(MAX_CONTINUED_BYTES / 1024)),
+            values: Arc::new(tokio::sync::Semaphore::new(
+                super::json::VALUES_IN_FLIGHT / super::json::VALUES_PER_UNIT,
+            )),
             shutdown: CancellationToken::new(),
         })
     }
@@ -226,6 +231,17 @@ impl Gateway {
             _request: request,
             more: Vec::new(),
         })
+    }
+
+    /// A request's JSON budget, drawing on the gateway's pool of values parsed at once.
+    pub(super) fn budget(&self) -> super::json::Budget {
+        super::json::Budget::pooled(Arc::clone(&self.values))
+    }
+
+    /// Keeps what `budget` holds of the pool for as long as `admitted` (the request's
+    /// turn, which holds what was parsed).
+    pub(super) fn keep_parsed(admitted: &mut Admitted, budget: super::json::Budget) {
+        admitted.more.extend(budget.into_held());
     }
 
     /// Holds `bytes` of stored conversation that `admitted` continues, until it ends, or a

@@ -177,10 +177,10 @@ impl Gateway {
         } else {
             None
         };
+        let mut budget = std::mem::replace(&mut request.budget, Budget::new(0));
         let mut messages = match request.prior {
             Prior::Nothing => Vec::new(),
             Prior::Session => {
-                let mut budget = request.budget;
                 let mut history = match self.sessions.history(&key) {
                     None => Vec::new(),
                     Some(text) => {
@@ -197,7 +197,6 @@ impl Gateway {
                 history
             }
             Prior::Stored(stored) => {
-                let mut budget = request.budget;
                 self.hold_continued(&mut request.admitted, stored.conversation_bytes())?;
                 stored.messages(&mut budget).map_err(|e| {
                     ApiError::bad_request(format!(
@@ -207,6 +206,9 @@ impl Gateway {
                 })?
             }
         };
+        // What was parsed for this request (its body, the conversation it continues) lives
+        // as long as its turn: so does its share of the gateway's pool.
+        Gateway::keep_parsed(&mut request.admitted, budget);
         messages.extend(request.input);
         settle(&mut messages)?;
         let size = conversation_bytes(&messages);

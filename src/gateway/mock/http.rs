@@ -76,7 +76,7 @@ impl MockProvider {
         // cost the mock hundreds of megabytes.
         let request: Value = match Budget::default().parse_at(&bytes) {
             Ok(value) => value,
-            Err(Unread::Over(e)) => {
+            Err(Unread::Over(e) | Unread::Busy(e)) => {
                 return error_response(
                     StatusCode::BAD_REQUEST,
                     format!("the request body is too intricate: {e}"),
