@@ -63,40 +63,56 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     // one look to the next: between the check and the creation, or between two
     // resolutions, turning the folder made private and emptied below into anyone's
     // (`/tmp`'s contents emptied, `/etc` made 0700). So every step must belong to root or
-    // this user, and every link must sit in a folder only they can change (or a sticky
-    // one, where others cannot replace what is not theirs). Then the path resolves the
-    // same way every time, and later swaps could not reach this process anyway: it goes
-    // through the resolved path only.
-    if dir.is_absolute() {
+    // this user, every link must sit in a folder only they can change (or a sticky one,
+    // where others cannot replace what is not theirs), and above the folders this call may
+    // fix (the cache root and below, or `dir` itself) no folder may be open to others
+    // unless sticky. Checked before anything is made (nothing is created through another
+    // user's link) and again after (a step that did not exist yet, made meanwhile by
+    // someone else, is seen). Later swaps cannot reach this process: it goes through the
+    // resolved path only.
+    let fixable = root()
+        .filter(|r| dir.starts_with(r))
+        .unwrap_or_else(|| dir.to_path_buf());
+    let given = |dir: &Path| -> Result<(), String> {
+        if !dir.is_absolute() {
+            return Ok(());
+        }
         for step in dir.ancestors() {
             let Ok(m) = fs::symlink_metadata(step) else {
                 continue;
             };
-            let foreign = |m: &fs::Metadata| m.uid() != 0 && m.uid() != me;
-            if foreign(&m) {
+            if m.uid() != 0 && m.uid() != me {
                 return Err(format!(
                     "{} is owned by another user; nothing is cached under it",
                     step.display()
                 ));
             }
+            let open = |m: &fs::Metadata| m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
             if m.file_type().is_symlink()
                 && let Some(parent) = step.parent()
-                && let Ok(p) = fs::symlink_metadata(parent)
-                && p.mode() & 0o022 != 0
-                && p.mode() & 0o1000 == 0
+                && fs::symlink_metadata(parent).is_ok_and(|p| open(&p))
             {
                 return Err(format!(
                     "{} is a link in a folder others can write; nothing is cached under it",
                     step.display()
                 ));
             }
+            if m.is_dir() && !step.starts_with(&fixable) && open(&m) {
+                return Err(format!(
+                    "{} is writable by others; nothing is cached under it",
+                    step.display()
+                ));
+            }
         }
-    }
+        Ok(())
+    };
+    given(dir)?;
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    given(dir)?;
     let real = dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -281,6 +297,7 @@ mod tests {
         assert!(err.contains("writable by others"), "{err}");
 
         // Reached through a link, the shared parent is still seen.
+        fs::create_dir(shared.join("inner")).unwrap();
         let link = tmp.path().join("link");
         std::os::unix::fs::symlink(shared.join("inner"), &link).unwrap();
         let err = prepare(&link).unwrap_err();

@@ -174,14 +174,12 @@ pub async fn run(bin: &Path, tools: usize, provider: Provider) -> Result<Report>
         ));
     }
     let started = Instant::now();
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "toolsearch-qa-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
     let io = |e: std::io::Error| Error::Usage(format!("qa: {e}"));
-    std::fs::create_dir_all(dir.join("plugins")).map_err(io)?;
+    // A fresh folder of this process's own (random name, 0700, made by this call): it holds
+    // the config the gateways run with, and a guessable name another user made first let
+    // them plant a link root wrote through or a server the gateways started.
+    let dir = crate::cache::private_temp_dir("toolsearch-qa-").map_err(io)?;
+    std::fs::create_dir(dir.join("plugins")).map_err(io)?;
     let result = run_in(bin, tools, provider, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
     let mut report = result?;

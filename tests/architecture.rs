@@ -215,3 +215,33 @@ fn process_groups_and_parent_death_live_in_one_file() {
         );
     }
 }
+
+/// Every folder made in the shared temp dir comes from `cache::private_temp_dir` (a random
+/// name, made fresh by the call): a name built from a PID or a counter can be made first by
+/// another user, with a link or a config planted in it (QA's folder was one). Only the
+/// sandbox's clean-up of dead hosts' folders reads the temp dir's path besides.
+#[test]
+fn no_folder_is_made_in_the_temp_dir_but_by_private_temp_dir() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let allowed = ["cache.rs", "sandbox/spawn.rs"];
+    let mut offenders = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(src())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if rel.ends_with("tests.rs") || allowed.contains(&rel.as_str()) {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+        if code.contains("temp_dir()") {
+            offenders.push(rel);
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "the temp dir used outside cache::private_temp_dir: {offenders:?}"
+    );
+}

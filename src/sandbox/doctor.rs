@@ -112,10 +112,10 @@ async fn probe(sandbox: &Sandbox) -> Result<Vec<ProbeLine>, String> {
     let udp = tokio::net::UdpSocket::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("cannot open a UDP socket: {e}"))?;
-    let dir = std::env::temp_dir().join(format!("toolsearch-doctor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    // A fresh folder of this process's own: a guessable name another user made first would
+    // hold the listener's socket.
+    let dir = crate::cache::private_temp_dir("toolsearch-doctor-").map_err(|e| e.to_string())?;
     let unix_path = dir.join("probe.sock");
-    let _ = std::fs::remove_file(&unix_path);
     let unix = tokio::net::UnixListener::bind(&unix_path).map_err(|e| e.to_string())?;
     let target = json!({
         "tcp": tcp.local_addr().map_err(|e| e.to_string())?.port(),
