@@ -51,7 +51,6 @@ impl Bridge for DispatchBridge {
             let arg = |i: usize| args.get(i).cloned().unwrap_or(Value::Null);
             match method {
                 BridgeMethod::Search => {
-                    self.counts.searches.fetch_add(1, Ordering::Relaxed);
                     let Value::String(query) = arg(0) else {
                         return Err(BridgeFailure {
                             code: "invalid-request".into(),
@@ -69,28 +68,31 @@ impl Bridge for DispatchBridge {
                             });
                         }
                     };
+                    // Counted once it reaches the dispatch path, which logs it: the run's
+                    // telemetry and the session log agree.
+                    self.counts.searches.fetch_add(1, Ordering::Relaxed);
                     let hits = self.dispatcher.search(&query, limit).map_err(fail)?;
                     Ok(serde_json::to_value(hits).unwrap_or(Value::Null))
                 }
                 BridgeMethod::Describe => {
-                    self.counts.describes.fetch_add(1, Ordering::Relaxed);
                     let Value::String(id) = arg(0) else {
                         return Err(BridgeFailure {
                             code: "invalid-request".into(),
                             message: "openclaw.tools.describe(id) takes a string id".into(),
                         });
                     };
+                    self.counts.describes.fetch_add(1, Ordering::Relaxed);
                     let d = self.dispatcher.describe(&id, "code").map_err(fail)?;
                     Ok(serde_json::to_value(d).unwrap_or(Value::Null))
                 }
                 BridgeMethod::Call => {
-                    self.counts.calls.fetch_add(1, Ordering::Relaxed);
                     let Value::String(id) = arg(0) else {
                         return Err(BridgeFailure {
                             code: "invalid-request".into(),
                             message: "openclaw.tools.call(id, args) takes a string id".into(),
                         });
                     };
+                    self.counts.calls.fetch_add(1, Ordering::Relaxed);
                     let mut request = CallRequest::new(id, arg(1), "code");
                     request.parent = Some(self.run_id.clone());
                     request.cancel = cancel;

@@ -1807,3 +1807,35 @@ fn a_call_still_running_when_its_run_ends_is_logged_as_aborted() {
     assert_eq!(calls[0]["outcome"], "aborted", "{calls:?}");
     assert_eq!(calls[0]["caller"], "code");
 }
+
+/// The run's telemetry counts what reached the dispatch path, and the dispatch path logs
+/// all of it, refusals included: counts and log agree whatever the guest sends.
+#[test]
+fn a_run_s_telemetry_agrees_with_the_session_log() {
+    let sb = Sandbox::new();
+    let body = "const out = [];\n\
+                for (const f of [() => openclaw.tools.search(42), () => openclaw.tools.search('x'.repeat(5000)),\n\
+                                 () => openclaw.tools.search('issue'), () => openclaw.tools.describe(7),\n\
+                                 () => openclaw.tools.describe('nope'), () => openclaw.tools.call(7, {}),\n\
+                                 () => openclaw.tools.call('nope', {})]) {\n\
+                  try { await f(); out.push('ok'); } catch (e) { out.push(e.code || 'error'); }\n\
+                }\n\
+                return out";
+    let out = run(sb.demo().args(["code", body, "--json"]));
+    let v = out.json();
+    assert_eq!(v["ok"], true, "{}", out.stdout);
+    let t = &v["telemetry"];
+    for (event, count) in [
+        ("search", "search_count"),
+        ("describe", "describe_count"),
+        ("call", "call_count"),
+    ] {
+        assert_eq!(
+            sb.events(event).len() as u64,
+            t[count].as_u64().unwrap(),
+            "{event}: {:?} vs {}",
+            sb.events(event),
+            out.stdout
+        );
+    }
+}

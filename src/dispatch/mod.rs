@@ -216,7 +216,17 @@ impl Dispatcher {
 
     /// One search, counted and logged.
     pub fn search(&self, query: &str, limit: Option<usize>) -> Result<Vec<CompactDescriptor>> {
-        let hits = self.catalog().search(query, limit)?;
+        // A refused search is logged too: every search a caller made is in the log.
+        let hits = match self.catalog().search(query, limit) {
+            Ok(hits) => hits,
+            Err(e) => {
+                self.log.event(
+                    "search",
+                    json!({"query": crate::catalog::compact::cut(query, 200), "limit": limit, "error": e.code()}),
+                );
+                return Err(e);
+            }
+        };
         self.counters.searched(1);
         self.log.event(
             "search",
