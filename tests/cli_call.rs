@@ -1839,3 +1839,33 @@ fn a_run_s_telemetry_agrees_with_the_session_log() {
         );
     }
 }
+
+/// A run that ends while a call is still in its before-hook (which has seen the arguments)
+/// leaves the call in the log as `aborted` at that stage, not nothing.
+#[test]
+fn a_call_stopped_in_its_before_hook_is_logged_with_its_stage() {
+    let sb = Sandbox::new();
+    let hook = sb.script("slow-hook.sh", "cat > {dir}/hook-saw; sleep 5; echo '{}'");
+    let config = sb.write("hooks.toml", before(&[&hook]));
+    let body = "openclaw.tools.call('record', {title: 'x'}).then(() => {});\n\
+                const t = Date.now(); while (Date.now() - t < 3000) {}\n\
+                return 'bye'";
+    let out = run(sb
+        .tools(None)
+        .arg("--config")
+        .arg(&config)
+        .args(["code", body, "--json"]));
+    let v = out.json();
+    assert_eq!(v["value"], "bye", "{}", out.stdout);
+    assert!(
+        sb.read("hook-saw").is_some(),
+        "the hook did not start within 3 s: {:?}",
+        sb.log()
+    );
+    sb.assert_not_run();
+    let calls = sb.events("call");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["outcome"], "aborted", "{calls:?}");
+    assert_eq!(calls[0]["stage"], "before-hooks", "{calls:?}");
+    assert_eq!(v["telemetry"]["call_count"], 1);
+}

@@ -345,6 +345,19 @@ impl Dispatcher {
             self.log_call(entry, &call_id, &request, e.code(), started, None);
             return Err(e);
         }
+        // From here the call may wait (an approval, the hook lock), run a before-hook (which
+        // sees the arguments) or its tool: a caller that stops waiting (its run ended, its
+        // turn was aborted) still leaves the call in the log, as `aborted`, with the stage
+        // it had reached. Every return below that logs the call itself disarms it first.
+        let mut unlogged = Unlogged {
+            dispatcher: self,
+            entry,
+            call_id: call_id.clone(),
+            request: &request,
+            started,
+            stage: "approval",
+            armed: true,
+        };
 
         if let Some((rule, timeout)) = self.approvals.required(&entry.descriptor) {
             let ask = ApprovalRequest {
@@ -364,10 +377,12 @@ impl Dispatcher {
                 json!({"call_id": call_id, "id": entry.id, "decision": match &decision { ApprovalDecision::Allow => "allow", ApprovalDecision::Deny(_) => "deny" }}),
             );
             if let ApprovalDecision::Deny(reason) = decision {
+                unlogged.armed = false;
                 return Ok(self.blocked(entry, call_id, &request, "approval", reason, started));
             }
         }
 
+        unlogged.stage = "before-hooks";
         let mut event = self.hook_event(entry, &call_id, &args);
         if !self.before.is_empty() {
             let _serial = self.hook_lock.lock().await;
@@ -389,6 +404,7 @@ impl Dispatcher {
                                 "hook {} replaced the arguments with invalid ones: {e}",
                                 hook.name()
                             );
+                            unlogged.armed = false;
                             return Ok(self.blocked(
                                 entry,
                                 call_id,
@@ -403,6 +419,7 @@ impl Dispatcher {
                     }
                     BeforeDecision::Block(reason) => {
                         let by = hook.name().to_string();
+                        unlogged.armed = false;
                         return Ok(self.blocked(entry, call_id, &request, &by, reason, started));
                     }
                 }
@@ -417,16 +434,7 @@ impl Dispatcher {
                 json!({"call_id": progress_id, "message": message}),
             );
         });
-        // From here the tool may act: a caller that stops waiting (its run ended, its turn
-        // was aborted) still leaves the call in the log, as `aborted`.
-        let mut unlogged = Unlogged {
-            dispatcher: self,
-            entry,
-            call_id: call_id.clone(),
-            request: &request,
-            started,
-            armed: true,
-        };
+        unlogged.stage = "executor";
         let output = self
             .executors
             .run(ExecCall {
@@ -440,6 +448,7 @@ impl Dispatcher {
         let mut result = ToolResult::new(output.text, output.details, output.is_error);
         let mut stop_after_batch = false;
 
+        unlogged.stage = "after-hooks";
         if !self.after.is_empty() {
             let _serial = self.hook_lock.lock().await;
             for hook in &self.after {
@@ -527,16 +536,22 @@ impl Dispatcher {
         }
     }
 
-    /// Logs a call whose executor began (so the tool may have acted) and whose caller
-    /// stopped waiting before it ended.
+    /// Logs a call that passed validation and whose caller stopped waiting before it ended
+    /// (its approval, its hooks or its tool may have run), with the stage it reached.
     fn log_aborted(&self, guard: &Unlogged<'_>) {
-        self.log_call(
-            guard.entry,
-            &guard.call_id,
-            guard.request,
-            "aborted",
-            guard.started,
-            None,
+        self.log.event(
+            "call",
+            json!({
+                "call_id": guard.call_id,
+                "id": guard.entry.id,
+                "source": guard.entry.descriptor.source,
+                "source_name": guard.entry.descriptor.source_name,
+                "caller": guard.request.caller,
+                "parent": guard.request.parent,
+                "outcome": "aborted",
+                "stage": guard.stage,
+                "duration_ms": guard.started.elapsed().as_secs_f64() * 1e3,
+            }),
         );
     }
 
@@ -624,15 +639,18 @@ fn keys(map: &Map<String, Value>) -> String {
         .join(", ")
 }
 
-/// A call between the start of its executor and its own `call` event: dropped armed (the
-/// future was dropped: a sandbox run that ended, a turn that was aborted), it logs the call
-/// as `aborted`, so every call that may have acted is in the log.
+/// A call between its validation and its own `call` event: dropped armed (the future was
+/// dropped: a sandbox run that ended, a turn that was aborted), it logs the call as
+/// `aborted` with the stage it reached, so every call that may have acted (a hook, the tool)
+/// is in the log.
 struct Unlogged<'a> {
     dispatcher: &'a Dispatcher,
     entry: &'a Entry,
     call_id: String,
     request: &'a CallRequest,
     started: Instant,
+    /// How far the call got: `approval`, `before-hooks`, `executor` or `after-hooks`.
+    stage: &'static str,
     armed: bool,
 }
 
