@@ -539,20 +539,16 @@ impl Dispatcher {
     /// Logs a call that passed validation and whose caller stopped waiting before it ended
     /// (its approval, its hooks or its tool may have run), with the stage it reached.
     fn log_aborted(&self, guard: &Unlogged<'_>) {
-        self.log.event(
-            "call",
-            json!({
-                "call_id": guard.call_id,
-                "id": guard.entry.id,
-                "source": guard.entry.descriptor.source,
-                "source_name": guard.entry.descriptor.source_name,
-                "caller": guard.request.caller,
-                "parent": guard.request.parent,
-                "outcome": "aborted",
-                "stage": guard.stage,
-                "duration_ms": guard.started.elapsed().as_secs_f64() * 1e3,
-            }),
+        let mut event = call_event(
+            guard.entry,
+            &guard.call_id,
+            guard.request,
+            "aborted",
+            guard.started,
+            None,
         );
+        event["stage"] = json!(guard.stage);
+        self.log.event("call", event);
     }
 
     fn log_call(
@@ -566,17 +562,7 @@ impl Dispatcher {
     ) {
         self.log.event(
             "call",
-            json!({
-                "call_id": call_id,
-                "id": entry.id,
-                "source": entry.descriptor.source,
-                "source_name": entry.descriptor.source_name,
-                "caller": request.caller,
-                "parent": request.parent,
-                "outcome": outcome,
-                "is_error": result.map(|r| r.is_error),
-                "duration_ms": started.elapsed().as_secs_f64() * 1e3,
-            }),
+            call_event(entry, call_id, request, outcome, started, result),
         );
     }
 
@@ -637,6 +623,28 @@ fn keys(map: &Map<String, Value>) -> String {
         .map(|k| format!("`{k}`"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The `call` event of the session log: one shape for every outcome.
+fn call_event(
+    entry: &Entry,
+    call_id: &str,
+    request: &CallRequest,
+    outcome: &str,
+    started: Instant,
+    result: Option<&ToolResult>,
+) -> Value {
+    json!({
+        "call_id": call_id,
+        "id": entry.id,
+        "source": entry.descriptor.source,
+        "source_name": entry.descriptor.source_name,
+        "caller": request.caller,
+        "parent": request.parent,
+        "outcome": outcome,
+        "is_error": result.map(|r| r.is_error),
+        "duration_ms": started.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 /// A call between its validation and its own `call` event: dropped armed (the future was
