@@ -7,9 +7,14 @@
 //! so a folder is used only when no other user could have written into it: see
 //! [`prepare`]. Everything kept here can be rebuilt; deleting the folder is always safe.
 
+use rustix::fs::{self as at, AtFlags, FileType, Mode, OFlags};
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
 
 /// A new folder in the temp dir, `<prefix>XXXXXXXX` (0700, a random tail, made by this
 /// call: never one that was there), for whatever a process keeps in the shared temp dir.
@@ -43,144 +48,286 @@ pub fn folder(name: &str) -> Option<PathBuf> {
 /// Creates `dir` if needed and makes sure that only this user can have changed what is in
 /// it, so that what a process finds there is what a process of this user left. Returns the
 /// folder's resolved path, **the one every later use must go through**: `dir` as given may
-/// pass through links whose targets can change after this check (a link another user
-/// could swap would hand later opens a folder of theirs), the resolved path cannot.
+/// pass through links whose targets can change after this check, the resolved path cannot
+/// (every folder on it belongs to root or this user and is writable by no one else, or is
+/// sticky, where others cannot rename what is not theirs).
+///
+/// The path is walked one step at a time from `/` through open folder handles, never by
+/// name twice: each step is looked up in the folder already held and checked on the handle
+/// opened for it (`O_NOFOLLOW`), links are read once and their target walked the same way,
+/// and a folder is made private and emptied through its own handle. A path looked at and
+/// then acted on by name again could be changed in between by whoever can write a folder
+/// on it (a folder swapped for a link to `/etc` would have been made 0700 and emptied).
 /// - folders are created 0700 whatever the umask (with 002, the default for users with a
 ///   group of their own, they would otherwise be group-writable);
-/// - both the path as given and the path resolved are checked, so a symlink can neither
-///   hide an ancestor another user owns nor be one: every link and folder on the way as
-///   given must belong to root or this user;
-/// - `dir` must be a real folder owned by this user. Above the cache root, every ancestor
-///   must belong to root or this user and be writable by no one else unless sticky (as
-///   `/tmp`, where others cannot rename what is ours): whoever can rename entries in a
-///   parent could swap the whole folder. From the cache root down, a folder of ours that
-///   others could write is made private and **emptied**: anything in it may have been
-///   planted, and everything in a cache can be rebuilt.
+/// - every link and folder on the way must belong to root or this user;
+/// - above the folders this call may fix (the cache root and below, or `dir` itself when it
+///   is not under the cache root), no folder may be writable by others unless sticky
+///   (`/tmp`);
+/// - `dir`, and each folder from the cache root down, must be a real folder owned by this
+///   user and not sticky; one that others could write is made private and **emptied**
+///   before anything in it is looked up: anything in it may have been planted, and
+///   everything in a cache can be rebuilt.
 pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
-    let me = nix::unistd::geteuid().as_raw();
-    // The path as given, without following links. A link another user owns, or one in a
-    // folder others may write (where it can be replaced), could resolve differently from
-    // one look to the next: between the check and the creation, or between two
-    // resolutions, turning the folder made private and emptied below into anyone's
-    // (`/tmp`'s contents emptied, `/etc` made 0700). So every step must belong to root or
-    // this user, every link must sit in a folder only they can change (or a sticky one,
-    // where others cannot replace what is not theirs), and above the folders this call may
-    // fix (the cache root and below, or `dir` itself) no folder may be open to others
-    // unless sticky. Checked before anything is made (nothing is created through another
-    // user's link) and again after (a step that did not exist yet, made meanwhile by
-    // someone else, is seen). Later swaps cannot reach this process: it goes through the
-    // resolved path only.
-    let fixable = root()
-        .filter(|r| dir.starts_with(r))
-        .unwrap_or_else(|| dir.to_path_buf());
-    let given = |dir: &Path| -> Result<(), String> {
-        if !dir.is_absolute() {
-            return Ok(());
+    let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Steps are the given path's components after `/`; every step a link expands into
+    // keeps the index of the step it replaces, so "the folder this step ends in" is known
+    // however many links it passed through.
+    let mut steps: VecDeque<(OsString, usize)> = VecDeque::new();
+    for (i, c) in dir.components().enumerate() {
+        match c {
+            Component::Normal(n) => steps.push_back((n.to_os_string(), i)),
+            Component::ParentDir => steps.push_back(("..".into(), i)),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
-        for step in dir.ancestors() {
-            let Ok(m) = fs::symlink_metadata(step) else {
-                continue;
-            };
-            if m.uid() != 0 && m.uid() != me {
+    }
+    let Some(&(_, last)) = steps.back() else {
+        return Err("the file system's root is not a cache folder".into());
+    };
+    let first_fixable = root()
+        .filter(|r| dir.starts_with(r))
+        .map(|r| r.components().count() - 1)
+        .unwrap_or(last);
+    let mut walk = Walk::start()?;
+    let mut links = 0;
+    while let Some((name, index)) = steps.pop_front() {
+        walk.check_parent()?;
+        if name == ".." {
+            walk.up();
+        } else {
+            let parent = walk.top();
+            let shown = walk.shown(&name);
+            let meta = match at::statat(&parent.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Err(e) if e == rustix::io::Errno::NOENT => {
+                    match at::mkdirat(&parent.fd, name.as_os_str(), Mode::RWXU) {
+                        Ok(()) => {}
+                        Err(e) if e == rustix::io::Errno::EXIST => {}
+                        Err(e) => return Err(format!("cannot create {}: {e}", shown.display())),
+                    }
+                    at::statat(&parent.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+                }
+                other => other,
+            }
+            .map_err(|e| format!("{}: {e}", shown.display()))?;
+            if meta.st_uid != 0 && meta.st_uid != walk.me {
                 return Err(format!(
                     "{} is owned by another user; nothing is cached under it",
-                    step.display()
+                    shown.display()
                 ));
             }
-            let open = |m: &fs::Metadata| m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
-            if m.file_type().is_symlink()
-                && let Some(parent) = step.parent()
-                && fs::symlink_metadata(parent).is_ok_and(|p| open(&p))
-            {
-                return Err(format!(
-                    "{} is a link in a folder others can write; nothing is cached under it",
-                    step.display()
-                ));
-            }
-            if m.is_dir() && !step.starts_with(&fixable) && open(&m) {
-                return Err(format!(
-                    "{} is writable by others; nothing is cached under it",
-                    step.display()
-                ));
+            match FileType::from_raw_mode(meta.st_mode) {
+                FileType::Symlink => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(format!("{}: too many links on the way", dir.display()));
+                    }
+                    let target = at::readlinkat(&parent.fd, name.as_os_str(), Vec::new())
+                        .map_err(|e| format!("{}: {e}", shown.display()))?;
+                    let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
+                    if target.is_absolute() {
+                        walk.back_to_root();
+                    }
+                    for c in target.components().rev() {
+                        match c {
+                            Component::Normal(n) => steps.push_front((n.to_os_string(), index)),
+                            Component::ParentDir => steps.push_front(("..".into(), index)),
+                            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+                        }
+                    }
+                }
+                FileType::Directory => walk.down(name, &shown)?,
+                _ => return Err(format!("{} is not a directory", shown.display())),
             }
         }
+        // The folder this step ends in, once no later part of the same step is left.
+        if index >= first_fixable && steps.front().is_none_or(|&(_, i)| i != index) {
+            walk.fix_top()?;
+        }
+    }
+    Ok(walk.path())
+}
+
+/// At most this many links on one path, as the kernel's own limit (`ELOOP`).
+const MAX_LINKS: usize = 40;
+
+/// A folder held open on the walk ([`prepare`]).
+struct Held {
+    fd: OwnedFd,
+    name: OsString,
+    /// Checked as a folder to look things up in: ours or root's, not open to others
+    /// unless sticky (or made private).
+    checked: bool,
+}
+
+/// The open folders from `/` to where [`prepare`] has got, each opened in its parent.
+struct Walk {
+    held: Vec<Held>,
+    me: u32,
+}
+
+impl Walk {
+    fn start() -> Result<Walk, String> {
+        let fd = at::open(
+            "/",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("/: {e}"))?;
+        Ok(Walk {
+            held: vec![Held {
+                fd,
+                name: "/".into(),
+                checked: false,
+            }],
+            me: nix::unistd::geteuid().as_raw(),
+        })
+    }
+
+    fn top(&self) -> &Held {
+        // Never empty: `up` and `back_to_root` keep `/`.
+        &self.held[self.held.len() - 1]
+    }
+
+    fn path(&self) -> PathBuf {
+        self.held.iter().map(|h| h.name.as_os_str()).collect()
+    }
+
+    fn shown(&self, name: &OsStr) -> PathBuf {
+        self.path().join(name)
+    }
+
+    fn up(&mut self) {
+        if self.held.len() > 1 {
+            self.held.pop();
+        }
+    }
+
+    fn back_to_root(&mut self) {
+        self.held.truncate(1);
+    }
+
+    fn down(&mut self, name: OsString, shown: &Path) -> Result<(), String> {
+        // By the handle of the parent already checked, not following a link: what was
+        // looked at a moment ago may have been replaced, and whatever is opened is what
+        // gets checked (on the handle).
+        let fd = at::openat(
+            &self.top().fd,
+            name.as_os_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("{} changed while it was checked: {e}", shown.display()))?;
+        self.held.push(Held {
+            fd,
+            name,
+            checked: false,
+        });
         Ok(())
-    };
-    given(dir)?;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    given(dir)?;
-    let real = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let meta = fs::symlink_metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
-    if !meta.is_dir() {
-        return Err(format!("{} is not a directory", real.display()));
     }
-    if meta.uid() != me {
-        return Err(format!("{} is not owned by this user", real.display()));
-    }
-    // The cache root as found from this same resolution (never resolved again): `dir`'s
-    // steps below the root, taken off `real`.
-    let below_root = root()
-        .and_then(|r| dir.strip_prefix(r).ok().map(|t| t.components().count()))
-        .unwrap_or(0);
-    let real_root = real
-        .ancestors()
-        .nth(below_root)
-        .unwrap_or(&real)
-        .to_path_buf();
-    for folder in real.ancestors() {
-        let m = fs::symlink_metadata(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-        let ours = folder.starts_with(&real_root);
-        let writable_by_others = m.mode() & 0o022 != 0;
-        let sticky = m.mode() & 0o1000 != 0;
-        if ours && m.uid() == me {
-            // A sticky folder is shared on purpose (`/tmp`): never made private or emptied.
-            if sticky {
-                return Err(format!(
-                    "{} is a shared folder (sticky); nothing is cached in it",
-                    folder.display()
-                ));
-            }
-            if writable_by_others {
-                make_private(folder)?;
-                empty(folder);
-                tracing::warn!(
-                    "{} was writable by others: made private and emptied",
-                    folder.display()
-                );
-            } else if m.mode() & 0o077 != 0 {
-                make_private(folder)?;
-            }
-            continue;
+
+    /// The top folder, about to be looked in: it must belong to root or this user and be
+    /// writable by no one else unless sticky.
+    fn check_parent(&mut self) -> Result<(), String> {
+        if self.top().checked {
+            return Ok(());
         }
-        if (m.uid() != 0 && m.uid() != me) || (writable_by_others && !sticky) {
+        let shown = self.path();
+        let st = at::fstat(&self.top().fd).map_err(|e| format!("{}: {e}", shown.display()))?;
+        if st.st_uid != 0 && st.st_uid != self.me {
             return Err(format!(
-                "{} is writable by others or owned by another user; nothing is cached under it",
-                folder.display()
+                "{} is owned by another user; nothing is cached under it",
+                shown.display()
             ));
         }
+        if st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0 {
+            return Err(format!(
+                "{} is writable by others; nothing is cached under it",
+                shown.display()
+            ));
+        }
+        if let Some(top) = self.held.last_mut() {
+            top.checked = true;
+        }
+        Ok(())
     }
-    Ok(real)
+
+    /// The top folder is one of ours (the cache root and below, or the folder asked for):
+    /// it must be a folder of this user's, not a shared one; made private, and emptied
+    /// if others could write in it.
+    fn fix_top(&mut self) -> Result<(), String> {
+        let shown = self.path();
+        let top = self.top();
+        let st = at::fstat(&top.fd).map_err(|e| format!("{}: {e}", shown.display()))?;
+        if st.st_uid != self.me {
+            return Err(format!("{} is not owned by this user", shown.display()));
+        }
+        // A sticky folder is shared on purpose (`/tmp`): never made private or emptied.
+        if st.st_mode & 0o1000 != 0 {
+            return Err(format!(
+                "{} is a shared folder (sticky); nothing is cached in it",
+                shown.display()
+            ));
+        }
+        if st.st_mode & 0o7777 != 0o700 {
+            // A handle that can change the folder: the walk's are path-only.
+            let open = at::openat(
+                &top.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .and_then(|fd| at::fchmod(&fd, Mode::RWXU).map(|()| fd))
+            .map_err(|e| format!("cannot make {} private: {e}", shown.display()))?;
+            if st.st_mode & 0o022 != 0 {
+                empty(open, &shown, 0);
+                tracing::warn!(
+                    "{} was writable by others: made private and emptied",
+                    shown.display()
+                );
+            }
+        }
+        if let Some(top) = self.held.last_mut() {
+            top.checked = true;
+        }
+        Ok(())
+    }
 }
 
-fn make_private(dir: &Path) -> Result<(), String> {
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("cannot make {} private: {e}", dir.display()))
-}
+/// How deep [`empty`] goes into planted folders. What is left deeper stays in a folder
+/// now private, where nothing of another user's is believed (every file read from the
+/// cache must be this user's, [`trusted_file`]).
+const MAX_EMPTY_DEPTH: usize = 32;
 
-/// Removes everything in `dir` (not following links).
-fn empty(dir: &Path) {
-    let Ok(items) = fs::read_dir(dir) else { return };
-    for item in items.flatten() {
-        let path = item.path();
-        let removed = match item.file_type() {
-            Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
-            _ => fs::remove_file(&path),
+/// Removes everything in the folder open as `dir`, through handles: never by a path, and
+/// never following a link, so what a planted link points at is never touched.
+fn empty(dir: OwnedFd, shown: &Path, depth: usize) {
+    let names: Vec<(std::ffi::CString, FileType)> = match at::Dir::read_from(&dir) {
+        Ok(items) => items
+            .flatten()
+            .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
+            .map(|e| (e.file_name().to_owned(), e.file_type()))
+            .collect(),
+        Err(e) => {
+            tracing::debug!("cannot list {}: {e}", shown.display());
+            return;
+        }
+    };
+    for (name, kind) in names {
+        let path = shown.join(OsStr::from_bytes(name.to_bytes()));
+        let removed = if kind == FileType::Directory {
+            if depth < MAX_EMPTY_DEPTH
+                && let Ok(inner) = at::openat(
+                    &dir,
+                    name.as_c_str(),
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            {
+                empty(inner, &path, depth + 1);
+            }
+            at::unlinkat(&dir, name.as_c_str(), AtFlags::REMOVEDIR)
+        } else {
+            at::unlinkat(&dir, name.as_c_str(), AtFlags::empty())
         };
         if let Err(e) = removed {
             tracing::debug!("cannot remove {}: {e}", path.display());
@@ -330,7 +477,7 @@ mod tests {
         std::os::unix::fs::symlink(&mine, open.join("cache")).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
         let err = prepare(&open.join("cache").join("snapshots")).unwrap_err();
-        assert!(err.contains("a link in a folder others can write"), "{err}");
+        assert!(err.contains("open is writable by others"), "{err}");
         // A shared (sticky) folder reached as the folder itself is never made private.
         let shared = tmp.path().join("sticky");
         fs::create_dir(&shared).unwrap();
@@ -356,6 +503,103 @@ mod tests {
         std::os::unix::fs::symlink(&mine, &ours_in_theirs).unwrap();
         let err = prepare(&ours_in_theirs.join("snapshots")).unwrap_err();
         assert!(err.contains("owned by another user"), "{err}");
+    }
+
+    /// Links are followed as the kernel would (relative, absolute, `..`, chains), each read
+    /// once, the result being the folder they lead to; a loop is an error, not a hang.
+    #[test]
+    fn links_on_the_way_are_followed_once_and_a_loop_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        fs::create_dir_all(base.join("real/deep")).unwrap();
+        std::os::unix::fs::symlink("real/deep/..", base.join("rel")).unwrap();
+        std::os::unix::fs::symlink(base.join("rel"), base.join("abs")).unwrap();
+        let got = prepare(&base.join("abs/./x/../cache")).unwrap();
+        assert_eq!(got, base.join("real/cache"));
+        assert!(base.join("real/cache").is_dir());
+        assert!(!base.join("real/x").exists() || base.join("real/x").is_dir());
+
+        std::os::unix::fs::symlink("b", base.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", base.join("b")).unwrap();
+        let err = prepare(&base.join("a/cache")).unwrap_err();
+        assert!(err.contains("too many links"), "{err}");
+
+        fs::write(base.join("file"), "x").unwrap();
+        let err = prepare(&base.join("file/cache")).unwrap_err();
+        assert!(err.contains("not a directory"), "{err}");
+        assert!(prepare(Path::new("/")).is_err());
+    }
+
+    /// A folder others could write may hold links planted to any folder of ours: it is
+    /// made private and emptied through its handle before anything in it is looked up, so a
+    /// planted link is removed, never followed, and what it pointed at is untouched.
+    #[test]
+    fn a_link_planted_in_an_open_cache_folder_is_removed_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        fs::write(victim.join("precious"), "x").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o757)).unwrap();
+        let open = tmp.path().join("open");
+        fs::create_dir(&open).unwrap();
+        std::os::unix::fs::symlink(&victim, open.join("hosts")).unwrap();
+        fs::create_dir(open.join("planted")).unwrap();
+        std::os::unix::fs::symlink(&victim, open.join("planted/inner")).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let got = prepare(&open).unwrap();
+        assert_eq!(fs::read_dir(&got).unwrap().count(), 0);
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o757);
+        assert!(victim.join("precious").exists());
+    }
+
+    /// Another user who can write a cache folder swaps a folder on the path for their link
+    /// to a folder of ours, back and forth, while the path is prepared (`RENAME_EXCHANGE`,
+    /// the round-D attack: by path, a check could see the folder and the chmod and emptying
+    /// land on the link's target). Through handles, a run either refuses or fixes the cache
+    /// folder itself: the target is never made private nor emptied.
+    #[test]
+    fn a_folder_swapped_for_another_user_s_link_during_the_walk_never_redirects_it() {
+        if !nix::unistd::geteuid().is_root() {
+            return; // a link of another user's needs root
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        fs::write(victim.join("precious"), "x").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o777)).unwrap();
+        let outer = tmp.path().join("outer");
+        fs::create_dir(&outer).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let racer = {
+            let (outer, victim, stop) = (outer.clone(), victim.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::sync::atomic::Ordering;
+                let (a, b) = (outer.join("cache"), outer.join("evil"));
+                while !stop.load(Ordering::Relaxed) {
+                    // Set the stage again whatever the last prepare removed or made private.
+                    let _ = fs::create_dir(&a);
+                    let _ = fs::set_permissions(&a, fs::Permissions::from_mode(0o777));
+                    let _ = std::os::unix::fs::symlink(&victim, &b);
+                    let _ = std::os::unix::fs::lchown(&b, Some(12345), None);
+                    for _ in 0..50 {
+                        let _ = rustix::fs::renameat_with(
+                            rustix::fs::CWD,
+                            &a,
+                            rustix::fs::CWD,
+                            &b,
+                            rustix::fs::RenameFlags::EXCHANGE,
+                        );
+                    }
+                }
+            })
+        };
+        for _ in 0..400 {
+            let _ = prepare(&outer.join("cache"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        racer.join().unwrap();
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o777);
+        assert!(victim.join("precious").exists());
     }
 
     #[test]
