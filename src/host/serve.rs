@@ -150,20 +150,28 @@ pub async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header);
-            let io = TokioIo::new(Stalled::new(stream, limits.write, limits.min_read_rate));
+            let stream = Arc::new(stream);
+            let io = TokioIo::new(Stalled::new(
+                Shared(Arc::clone(&stream)),
+                limits.write,
+                limits.min_read_rate,
+            ));
             let conn = builder.serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
+            let mut left = std::pin::pin!(client_left(stream));
             tokio::select! {
                 served = conn.as_mut() => {
                     if let Err(e) = served {
                         tracing::debug!("connection ended: {e}");
                     }
                 }
+                // Dropping the connection drops the request's handler with it.
+                () = left.as_mut() => tracing::debug!("the client closed its connection"),
                 _ = stopping.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     tokio::select! {
                         _ = conn.as_mut() => {}
-                        // Dropping the connection drops the request's handler with it.
+                        () = left.as_mut() => {}
                         _ = dropping.cancelled() => {}
                     }
                 }
@@ -186,6 +194,95 @@ pub async fn serve(
         let _all = open.acquire_many(all).await;
     }
     Ok(())
+}
+
+/// How often a connection whose unread bytes keep it readable is looked at again for its
+/// client having closed it.
+const LEFT_CHECK: Duration = Duration::from_secs(1);
+
+/// Resolves once the client has closed its side of the connection (or reset it). hyper
+/// notices that only while its read buffer is empty: one byte pipelined after a request
+/// (read along with it) hid a client that left, and its turn ran to its end. The end of
+/// the client's sending is taken as the client gone, as Go's server and nginx take it: a
+/// client that half-closes after its request (rare: no SDK does) gets no answer.
+async fn client_left(stream: Arc<tokio::net::TcpStream>) {
+    loop {
+        match stream.ready(tokio::io::Interest::READABLE).await {
+            Ok(ready) if ready.is_read_closed() => return,
+            // Readable for bytes no one reads yet (the next request, or one pipelined
+            // early): the closed state is kept once seen, so a look now and then finds it.
+            Ok(_) => tokio::time::sleep(LEFT_CHECK).await,
+            Err(_) => return,
+        }
+    }
+}
+
+/// A connection shared by hyper (reading and writing) and [`client_left`] (watching it
+/// close): reads and writes go through its readiness, as the stream's own would.
+struct Shared(Arc<tokio::net::TcpStream>);
+
+impl AsyncRead for Shared {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            // `try_read_buf` clears the readiness it found stale, so the next poll waits.
+            match self.0.try_read_buf(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done.map(|_| ())),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Shared {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let closed = socket2::SockRef::from(&*self.0).shutdown(std::net::Shutdown::Write);
+        // Already closed by the client is closed.
+        Poll::Ready(match closed {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            other => other,
+        })
+    }
 }
 
 /// Bytes of a request body gathered into one frame before it is passed on: a chunked body
@@ -511,6 +608,70 @@ mod tests {
             get(&mut fine).await
         };
         matches!(tokio::time::timeout(Duration::from_secs(60), asked).await, Ok(a) if a.ends_with("ok"))
+    }
+
+    /// A client that leaves while its request is worked on drops the handler, whatever it
+    /// left unread behind its request (a pipelined byte hid its leaving from hyper, and a
+    /// turn ran to its end for no one), and whether it closed or only stopped sending.
+    #[tokio::test]
+    async fn a_client_that_leaves_mid_request_drops_its_handler_even_with_bytes_pipelined() {
+        struct Told(Option<tokio::sync::oneshot::Sender<()>>);
+        impl Drop for Told {
+            fn drop(&mut self) {
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        type Slot = Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>;
+        for (trailing, half_close) in [
+            (&b""[..], false),
+            (&b"X"[..], false),
+            (&b"GET / HT"[..], false),
+            (&b"X"[..], true),
+        ] {
+            let slot: Slot = Arc::default();
+            let (tx, dropped) = tokio::sync::oneshot::channel();
+            *slot.lock().unwrap() = Some(tx);
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let held = Arc::clone(&slot);
+            let app = axum::Router::new().route(
+                "/held",
+                axum::routing::get(move || {
+                    let told = Told(held.lock().unwrap().take());
+                    async move {
+                        let _told = told;
+                        std::future::pending::<()>().await
+                    }
+                }),
+            );
+            let stop = CancellationToken::new();
+            let stopped = stop.clone();
+            let guard = Guard::new(true, &[], Guard::plain);
+            tokio::spawn(serve(listener, app, guard, limits(8), async move {
+                stopped.cancelled().await
+            }));
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            let mut request = b"GET /held HTTP/1.1\r\nhost: localhost\r\n\r\n".to_vec();
+            request.extend_from_slice(trailing);
+            client.write_all(&request).await.unwrap();
+            // Wait until the handler runs, so the leaving is mid-request.
+            while slot.lock().unwrap().is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if half_close {
+                client.shutdown().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            drop(client);
+            let gone = tokio::time::timeout(Duration::from_secs(30), dropped).await;
+            assert!(
+                gone.is_ok(),
+                "handler kept running after its client left ({trailing:?}, half-close {half_close})"
+            );
+            stop.cancel();
+        }
     }
 
     #[tokio::test]
