@@ -29,7 +29,7 @@ use super::forward;
 use super::json::Budget;
 use super::responses::{arguments_of, content_text};
 use super::server::Gateway;
-use super::sse::{self, Encoder, event};
+use super::sse::{self, Encoder, Later, event, made};
 use super::store::random_id;
 use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
 use crate::agent::{Message, Stop, TurnOutcome};
@@ -431,7 +431,15 @@ impl Encoder for ChatStream {
         vec![self.completion.chunk(json!({"content": delta}), None)]
     }
 
-    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes> {
+    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Later<Self>> {
+        // Made at once: a chunk here never repeats the text, and a call's arguments are
+        // sent once.
+        self.end(result).into_iter().map(made).collect()
+    }
+}
+
+impl ChatStream {
+    fn end(&self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes> {
         let c = &self.completion;
         let outcome = match result {
             Ok(o) => o,

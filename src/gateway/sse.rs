@@ -11,6 +11,7 @@
 //! it the turn. One that stops reading fills the text buffer, and the turn waits for it
 //! at most [`super::turn::CLIENT_STALL`], then ends.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
@@ -29,8 +30,20 @@ pub trait Encoder: Send + 'static {
     fn start(&mut self) -> Vec<Bytes>;
     /// A piece of the answer's text.
     fn text(&mut self, delta: &str) -> Vec<Bytes>;
-    /// The end: the outcome, or why the turn failed.
-    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes>;
+    /// The end: the outcome, or why the turn failed, as events each made only when the
+    /// client is ready for it. The end of a Responses stream repeats the whole answer four
+    /// times (the text done, the part done, the item done, the response completed): made
+    /// ahead, all four sat in memory for as long as a client that does not read kept its
+    /// connection (~100 MB for a 32 MiB answer); made one at a time, one is.
+    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Later<Self>>;
+}
+
+/// An event of the end of a stream, made when the client takes it (see [`Encoder::finish`]).
+pub type Later<E> = Box<dyn FnOnce(&mut E) -> Bytes + Send>;
+
+/// An event already made, as one of the end's.
+pub fn made<E>(frame: Bytes) -> Later<E> {
+    Box::new(move |_| frame)
 }
 
 /// One event: `event: NAME` (when given) and its JSON data.
@@ -78,31 +91,41 @@ pub async fn respond<E: Encoder>(
     for delta in &early {
         first.extend(encoder.text(delta));
     }
-    if let Some(result) = ended {
-        first.extend(encoder.finish(result));
-        return sse_response(Body::from(Bytes::from(concat(first))));
-    }
-    let state = Streaming {
+    let mut st = Streaming {
         first: Some(first),
         text,
         running: Some(running),
+        end: VecDeque::new(),
         encoder,
     };
-    let body = futures::stream::unfold(state, |mut st| async move {
+    if let Some(result) = ended {
+        st.running = None;
+        st.end = st.encoder.finish(result).into();
+    }
+    let body = futures::stream::unfold(st, |mut st| async move {
         if let Some(first) = st.first.take() {
             return Some((Ok::<_, Infallible>(Bytes::from(concat(first))), st));
         }
+        if let Some(later) = st.end.pop_front() {
+            let frame = later(&mut st.encoder);
+            return Some((Ok(frame), st));
+        }
         let running = st.running.as_mut()?;
-        let frames = match st.text.recv().await {
-            Some(delta) => st.encoder.text(&delta),
+        match st.text.recv().await {
+            Some(delta) => {
+                let frames = st.encoder.text(&delta);
+                Some((Ok(Bytes::from(concat(frames))), st))
+            }
             None => {
                 let result = settled((&mut running.turn).await);
                 // The guard goes with it: the turn is over.
                 st.running = None;
-                st.encoder.finish(result)
+                st.end = st.encoder.finish(result).into();
+                let later = st.end.pop_front()?;
+                let frame = later(&mut st.encoder);
+                Some((Ok(frame), st))
             }
-        };
-        Some((Ok(Bytes::from(concat(frames))), st))
+        }
     });
     sse_response(Body::from_stream(body))
 }
@@ -113,6 +136,8 @@ struct Streaming<E> {
     first: Option<Vec<Bytes>>,
     text: mpsc::Receiver<String>,
     running: Option<Running>,
+    /// The end's events not yet made, once the turn has ended.
+    end: VecDeque<Later<E>>,
     encoder: E,
 }
 

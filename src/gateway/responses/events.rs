@@ -15,7 +15,7 @@ use crate::agent::TurnOutcome;
 use crate::gateway::errors::ApiError;
 use crate::gateway::json::Budget;
 use crate::gateway::server::Gateway;
-use crate::gateway::sse::{Encoder, event};
+use crate::gateway::sse::{Encoder, Later, event, made};
 use crate::gateway::store::StoredResponse;
 
 /// The Responses event stream of one turn.
@@ -63,25 +63,42 @@ impl ResponsesStream {
         ));
     }
 
-    fn close_message(&mut self, frames: &mut Vec<Bytes>) {
-        let Some(text) = self.text.clone() else {
-            return;
-        };
+    /// A piece of the message's text.
+    fn delta(&mut self, delta: &str) -> Bytes {
         let id = self.answer.message_id.clone();
-        frames.push(self.event(
-            "response.output_text.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
-        ));
-        frames.push(self.event(
-            "response.content_part.done",
-            json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": text, "annotations": []}}),
-        ));
-        let item = self.answer.message(&text, "completed");
-        frames.push(self.event(
-            "response.output_item.done",
-            json!({"output_index": 0, "item": item}),
-        ));
+        self.event(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": 0, "content_index": 0, "delta": delta, "logprobs": []}),
+        )
+    }
+
+    /// The message's `.done` events, each carrying the whole text: made when the client
+    /// takes them, from the one copy of the text they share.
+    fn close_message(&self, text: Arc<str>, end: &mut Vec<Later<Self>>) {
+        let t = Arc::clone(&text);
+        end.push(Box::new(move |s: &mut Self| {
+            let id = s.answer.message_id.clone();
+            s.event(
+                "response.output_text.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": &*t, "logprobs": []}),
+            )
+        }));
+        let t = Arc::clone(&text);
+        end.push(Box::new(move |s: &mut Self| {
+            let id = s.answer.message_id.clone();
+            s.event(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0,
+                       "part": {"type": "output_text", "text": &*t, "annotations": []}}),
+            )
+        }));
+        end.push(Box::new(move |s: &mut Self| {
+            let item = s.answer.message(&text, "completed");
+            s.event(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": item}),
+            )
+        }));
     }
 }
 
@@ -100,61 +117,86 @@ impl Encoder for ResponsesStream {
         if let Some(text) = &mut self.text {
             text.push_str(delta);
         }
-        let id = self.answer.message_id.clone();
-        frames.push(self.event(
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": 0, "content_index": 0, "delta": delta, "logprobs": []}),
-        ));
+        frames.push(self.delta(delta));
         frames
     }
 
-    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Bytes> {
-        let mut frames = Vec::new();
+    fn finish(&mut self, result: Result<TurnOutcome, ApiError>) -> Vec<Later<Self>> {
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
                 let mut response = self.answer.object("failed", Vec::new(), None);
                 response["error"] =
                     json!({"code": e.code.clone().unwrap_or(e.kind.clone()), "message": e.message});
-                frames.push(self.event("response.failed", json!({"response": response})));
-                return frames;
+                return vec![made(
+                    self.event("response.failed", json!({"response": response})),
+                )];
             }
         };
+        let mut end: Vec<Later<Self>> = Vec::new();
         if has_message(&outcome) {
-            self.open_message(&mut frames);
-            // What streamed is the answer; a model that did not stream gave it whole.
-            if self.text.as_deref() == Some("") && !outcome.text.is_empty() {
-                frames.extend(self.text(&outcome.text.clone()));
-            }
-            self.close_message(&mut frames);
+            let mut opened = Vec::new();
+            self.open_message(&mut opened);
+            end.extend(opened.into_iter().map(made));
         }
         let first = usize::from(self.text.is_some());
-        for (i, call) in outcome.pending.iter().enumerate() {
-            let index = first + i;
-            let item_id = format!("fc_{}", call.id);
-            let arguments = call.arguments.to_string();
-            let mut added = function_call(call, "in_progress");
-            added["arguments"] = json!("");
-            frames.push(self.event(
-                "response.output_item.added",
-                json!({"output_index": index, "item": added}),
-            ));
-            frames.push(self.event(
-                "response.function_call_arguments.delta",
-                json!({"item_id": item_id, "output_index": index, "delta": arguments}),
-            ));
-            frames.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"item_id": item_id, "output_index": index, "name": call.name, "arguments": arguments}),
-            ));
-            frames.push(self.event(
-                "response.output_item.done",
-                json!({"output_index": index, "item": function_call(call, "completed")}),
-            ));
+        if has_message(&outcome) {
+            let streamed = self.text.take().unwrap_or_default();
+            // What streamed is the answer; a model that did not stream gave it whole.
+            let whole = streamed.is_empty() && !outcome.text.is_empty();
+            let text: Arc<str> = if whole {
+                outcome.text.as_str().into()
+            } else {
+                streamed.into()
+            };
+            if whole {
+                let t = Arc::clone(&text);
+                end.push(Box::new(move |s: &mut Self| s.delta(&t)));
+            }
+            self.close_message(text, &mut end);
         }
+        // Stored now, whether or not the client reads the end.
         let response = self.answer.complete(&self.gw, &outcome);
-        frames.push(self.event("response.completed", json!({"response": response})));
-        frames
+        let calls = Arc::new(outcome.pending);
+        for i in 0..calls.len() {
+            let index = first + i;
+            let c = Arc::clone(&calls);
+            end.push(Box::new(move |s: &mut Self| {
+                let mut added = function_call(&c[i], "in_progress");
+                added["arguments"] = json!("");
+                s.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": added}),
+                )
+            }));
+            let c = Arc::clone(&calls);
+            end.push(Box::new(move |s: &mut Self| {
+                let call = &c[i];
+                s.event(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": format!("fc_{}", call.id), "output_index": index, "delta": call.arguments.to_string()}),
+                )
+            }));
+            let c = Arc::clone(&calls);
+            end.push(Box::new(move |s: &mut Self| {
+                let call = &c[i];
+                s.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": format!("fc_{}", call.id), "output_index": index, "name": call.name, "arguments": call.arguments.to_string()}),
+                )
+            }));
+            let c = Arc::clone(&calls);
+            end.push(Box::new(move |s: &mut Self| {
+                s.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": function_call(&c[i], "completed")}),
+                )
+            }));
+        }
+        end.push(Box::new(move |s: &mut Self| {
+            s.event("response.completed", json!({"response": response}))
+        }));
+        end
     }
 }
 
