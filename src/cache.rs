@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -252,16 +252,21 @@ impl Walk {
     }
 
     /// The top folder is one of ours (the cache root and below, or the folder asked for):
-    /// it must be a folder of this user's, not a shared one; made private, and emptied
-    /// if others could write in it.
+    /// it must be a folder of this user's, not a shared one, and is made private. One that
+    /// others could write is set aside whole (renamed, private) and a fresh one made in its
+    /// place: anything in it may have been planted, or moved in by another user to have
+    /// it deleted (a folder of this user's that they could rename, but not empty
+    /// themselves), so nothing in it is used, and nothing in it is deleted either.
     fn fix_top(&mut self) -> Result<(), String> {
         let shown = self.path();
-        let top = self.top();
+        let [.., parent, top] = &self.held[..] else {
+            return Err("the file system's root is not a cache folder".into());
+        };
         let st = at::fstat(&top.fd).map_err(|e| format!("{}: {e}", shown.display()))?;
         if st.st_uid != self.me {
             return Err(format!("{} is not owned by this user", shown.display()));
         }
-        // A sticky folder is shared on purpose (`/tmp`): never made private or emptied.
+        // A sticky folder is shared on purpose (`/tmp`): never made private or set aside.
         if st.st_mode & 0o1000 != 0 {
             return Err(format!(
                 "{} is a shared folder (sticky); nothing is cached in it",
@@ -270,68 +275,55 @@ impl Walk {
         }
         if st.st_mode & 0o7777 != 0o700 {
             // A handle that can change the folder: the walk's are path-only.
-            let open = at::openat(
+            at::openat(
                 &top.fd,
                 ".",
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
-            .and_then(|fd| at::fchmod(&fd, Mode::RWXU).map(|()| fd))
+            .and_then(|fd| at::fchmod(&fd, Mode::RWXU))
             .map_err(|e| format!("cannot make {} private: {e}", shown.display()))?;
-            if st.st_mode & 0o022 != 0 {
-                empty(open, &shown, 0);
-                tracing::warn!(
-                    "{} was writable by others: made private and emptied",
-                    shown.display()
-                );
+        }
+        if st.st_mode & 0o022 != 0 {
+            // Renamed by name in the parent held: a folder no one else can change, so the
+            // name still holds the folder just checked.
+            let aside = OsString::from(format!(
+                ".untrusted-{}-{}-{}",
+                top.name.to_string_lossy(),
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ));
+            at::renameat_with(
+                &parent.fd,
+                top.name.as_os_str(),
+                &parent.fd,
+                aside.as_os_str(),
+                at::RenameFlags::NOREPLACE,
+            )
+            .map_err(|e| format!("cannot set {} aside: {e}", shown.display()))?;
+            let name = top.name.clone();
+            let aside_shown = shown.with_file_name(&aside);
+            self.up();
+            match at::mkdirat(&self.top().fd, name.as_os_str(), Mode::RWXU) {
+                Ok(()) => {}
+                Err(e) => return Err(format!("cannot create {}: {e}", shown.display())),
             }
+            self.down(name, &shown)?;
+            tracing::warn!(
+                "{} was writable by others: set aside as {} (private; nothing in it is used, \
+                 delete it once you have looked) and made again",
+                shown.display(),
+                aside_shown.display()
+            );
+            // The fresh folder: made 0700 by this process, checked as any other.
+            return self.fix_top();
         }
         if let Some(top) = self.held.last_mut() {
             top.checked = true;
         }
         Ok(())
-    }
-}
-
-/// How deep [`empty`] goes into planted folders. What is left deeper stays in a folder
-/// now private, where nothing of another user's is believed (every file read from the
-/// cache must be this user's, [`trusted_file`]).
-const MAX_EMPTY_DEPTH: usize = 32;
-
-/// Removes everything in the folder open as `dir`, through handles: never by a path, and
-/// never following a link, so what a planted link points at is never touched.
-fn empty(dir: OwnedFd, shown: &Path, depth: usize) {
-    let names: Vec<(std::ffi::CString, FileType)> = match at::Dir::read_from(&dir) {
-        Ok(items) => items
-            .flatten()
-            .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
-            .map(|e| (e.file_name().to_owned(), e.file_type()))
-            .collect(),
-        Err(e) => {
-            tracing::debug!("cannot list {}: {e}", shown.display());
-            return;
-        }
-    };
-    for (name, kind) in names {
-        let path = shown.join(OsStr::from_bytes(name.to_bytes()));
-        let removed = if kind == FileType::Directory {
-            if depth < MAX_EMPTY_DEPTH
-                && let Ok(inner) = at::openat(
-                    &dir,
-                    name.as_c_str(),
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            {
-                empty(inner, &path, depth + 1);
-            }
-            at::unlinkat(&dir, name.as_c_str(), AtFlags::REMOVEDIR)
-        } else {
-            at::unlinkat(&dir, name.as_c_str(), AtFlags::empty())
-        };
-        if let Err(e) = removed {
-            tracing::debug!("cannot remove {}: {e}", path.display());
-        }
     }
 }
 
@@ -378,6 +370,23 @@ pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// Opens a file of a prepared folder to append to, created 0600 if missing: never through a
+/// link, never blocking on a FIFO, and refused unless what was opened is a regular file of
+/// this user's that no one else may write ([`trusted_file`]). A log's name is often
+/// predictable (a session key): a link planted at it would have had lines appended to any
+/// file the process may write (a shell's start-up file, where a logged query runs).
+pub fn open_append(path: &Path) -> std::io::Result<fs::File> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    trusted_file(path, &file.metadata()?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+    Ok(file)
+}
+
 /// Writes `bytes` to `path` in `dir` atomically: a fresh file of a random name (0600),
 /// synced, then renamed into place, so that a reader sees the old file or the new one,
 /// never half of one, and a crash leaves at most a temporary file of this process's own.
@@ -418,6 +427,16 @@ mod tests {
             0,
             "anything in it may be planted"
         );
+        // Set aside whole, private, not deleted: it may hold what is not the cache's.
+        let aside: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".untrusted-a-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert_eq!(aside[0].metadata().unwrap().mode() & 0o777, 0o700);
+        assert!(aside[0].path().join("planted").exists());
+        assert!(aside[0].path().join("planted-folder").is_dir());
 
         // Readable by others only: made private, kept.
         fs::write(dir.join("kept"), "x").unwrap();
@@ -550,6 +569,37 @@ mod tests {
         assert_eq!(fs::read_dir(&got).unwrap().count(), 0);
         assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o757);
         assert!(victim.join("precious").exists());
+    }
+
+    /// Another user who can write a cache folder may move into it a folder of ours they
+    /// could rename but not empty (its parent open to them, it private): nothing of it is
+    /// deleted, it is set aside with the rest.
+    #[test]
+    fn a_folder_of_ours_moved_into_an_open_cache_folder_loses_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        fs::create_dir(&cache).unwrap();
+        let precious = tmp.path().join("precious");
+        fs::create_dir_all(precious.join("private")).unwrap();
+        fs::write(precious.join("private/work"), "x").unwrap();
+        fs::set_permissions(precious.join("private"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::rename(&precious, cache.join("snapshots")).unwrap();
+        fs::set_permissions(&cache, fs::Permissions::from_mode(0o777)).unwrap();
+        let got = prepare(&cache).unwrap();
+        assert_eq!(fs::read_dir(&got).unwrap().count(), 0);
+        let aside = fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".untrusted-cache-")
+            })
+            .expect("set aside");
+        assert_eq!(
+            fs::read_to_string(aside.path().join("snapshots/private/work")).unwrap(),
+            "x"
+        );
     }
 
     /// Another user who can write a cache folder swaps a folder on the path for their link

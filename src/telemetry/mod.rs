@@ -16,7 +16,7 @@
 pub mod stderr;
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,13 +109,7 @@ pub struct SessionLog {
 impl SessionLog {
     /// Opens (appending) `{state_dir}/sessions/{session}.jsonl`.
     pub fn open(state_dir: &Path, session: &str) -> Result<Self> {
-        let dir = state_dir.join("sessions");
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::Usage(format!(
-                "cannot create the state directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        let dir = sessions_dir(state_dir)?;
         let path = dir.join(session_file_name(session));
         let file = append_to(&path).map_err(|e| {
             Error::Usage(format!(
@@ -136,13 +130,7 @@ impl SessionLog {
     /// valid, and a refused request leaves no file. Several sessions may share a file
     /// (`session` names each line's).
     pub fn lazy(state_dir: &Path, file: &str, session: &str) -> Result<Self> {
-        let dir = state_dir.join("sessions");
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::Usage(format!(
-                "cannot create the state directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        let dir = sessions_dir(state_dir)?;
         Ok(SessionLog {
             session: session.to_string(),
             path: Some(dir.join(session_file_name(file))),
@@ -218,7 +206,10 @@ impl SessionLog {
 /// `max_files` of them take at most `max_bytes` together: a long-lived server makes one
 /// per client key, and keys are the clients' to choose. Returns how many went.
 pub fn prune_sessions(state_dir: &Path, max_files: usize, max_bytes: u64) -> usize {
-    let Ok(entries) = std::fs::read_dir(state_dir.join("sessions")) else {
+    let Ok(dir) = sessions_dir(state_dir) else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
@@ -244,8 +235,16 @@ pub fn prune_sessions(state_dir: &Path, max_files: usize, max_bytes: u64) -> usi
     removed
 }
 
+/// `{state_dir}/sessions`, created if needed, by its resolved path: a folder only this user
+/// can write (the cache's rule, [`crate::cache::prepare`]), so no one else can plant a link
+/// or a file at a log's name, which a client may choose.
+fn sessions_dir(state_dir: &Path) -> Result<PathBuf> {
+    crate::cache::prepare(&state_dir.join("sessions"))
+        .map_err(|e| Error::Usage(format!("the session log folder: {e}")))
+}
+
 fn append_to(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    crate::cache::open_append(path)
 }
 
 fn now_ms() -> u64 {
@@ -325,6 +324,35 @@ mod tests {
         assert_eq!(lines[0]["query"], "x\ny");
         assert_eq!(lines[1]["seq"], 1);
         assert!(log.path().unwrap().starts_with(dir.path().join("sessions")));
+    }
+
+    /// A log's name is predictable (a session key, often the client's): whoever could write
+    /// the sessions folder could plant a link there to any file this user may write and
+    /// have log lines appended to it. The folder is made this user's alone (one open to
+    /// others is set aside), and a link or a file not of this user's at the name is
+    /// refused, never followed.
+    #[test]
+    fn a_log_is_never_written_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let sessions = dir.path().join("sessions");
+        std::fs::create_dir(&sessions).unwrap();
+        std::os::unix::fs::symlink(&victim, sessions.join("k.jsonl")).unwrap();
+        std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let log = SessionLog::open(dir.path(), "k").unwrap();
+        log.event("search", json!({"query": "$(touch PWNED)"}));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let mode = std::fs::metadata(&sessions).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+
+        // Planted in a private folder (by this user, or before it was made private): refused.
+        std::os::unix::fs::symlink(&victim, sessions.join("j.jsonl")).unwrap();
+        assert!(SessionLog::open(dir.path(), "j").is_err());
+        let lazy = SessionLog::lazy(dir.path(), "j", "j").unwrap();
+        lazy.event("search", json!({"query": "x"}));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     }
 
     #[test]
