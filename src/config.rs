@@ -784,20 +784,73 @@ impl Config {
     /// `--config FILE` if given (it must exist), else `./toolsearch.toml` if present,
     /// else the defaults.
     pub fn load(explicit: Option<&Path>) -> Result<Self> {
-        let path = match explicit {
-            Some(p) => p.to_path_buf(),
-            None => {
-                let p = PathBuf::from(DEFAULT_CONFIG_FILE);
-                if !p.is_file() {
-                    return Ok(Config::default());
-                }
-                p
+        match explicit {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::BadConfig {
+                    file: path.to_path_buf(),
+                    message: format!("cannot read: {e}"),
+                })?;
+                Config::from_toml_str(&text, path)
             }
+            None => Config::load_found(Path::new(".")),
+        }
+    }
+
+    /// `dir/toolsearch.toml` if present, else the defaults. A config found, not named, is
+    /// believed only when it could have been written by no one but this user or root: it
+    /// names programs to run (`[sandbox] node`, hooks, MCP servers' commands), and the
+    /// folder a command is run in may be anyone's (`/tmp`, a shared checkout), where
+    /// another user's file would have run their program as this user (eighth sandbox
+    /// review). So the file (and a link to it) must belong to this user or root and be
+    /// writable by no one else, and so must its folder unless sticky (where others cannot
+    /// replace what is not theirs); else it is an error naming why, not a silent default,
+    /// and `--config` takes it anyway.
+    pub fn load_found(dir: &Path) -> Result<Self> {
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = dir.join(DEFAULT_CONFIG_FILE);
+        let Ok(link) = std::fs::symlink_metadata(&path) else {
+            return Ok(Config::default());
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::BadConfig {
+        let bad = |message: String| Error::BadConfig {
             file: path.clone(),
-            message: format!("cannot read: {e}"),
-        })?;
+            message,
+        };
+        let me = nix::unistd::geteuid().as_raw();
+        let ours = |m: &std::fs::Metadata| m.uid() == 0 || m.uid() == me;
+        let refuse = |why: &str| {
+            bad(format!(
+                "{why}: not loaded, as a config found in the working folder names programs \
+                 to run; pass --config {} to use it anyway",
+                path.display()
+            ))
+        };
+        let folder = std::fs::metadata(dir).map_err(|e| bad(format!("its folder: {e}")))?;
+        if !ours(&folder) || (folder.mode() & 0o022 != 0 && folder.mode() & 0o1000 == 0) {
+            return Err(refuse(
+                "its folder belongs to another user or others can write it",
+            ));
+        }
+        if !ours(&link) {
+            return Err(refuse("it belongs to another user"));
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        if !meta.is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        if !ours(&meta) || meta.mode() & 0o022 != 0 {
+            return Err(refuse("it belongs to another user or others can write it"));
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
         Config::from_toml_str(&text, &path)
     }
 
@@ -1024,6 +1077,55 @@ fn clamp(key: &str, value: u64, lo: u64, hi: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config found in the working folder names programs to run: believed only when no
+    /// one but this user or root could have written it or replaced it.
+    #[test]
+    fn a_found_config_is_believed_only_when_no_one_else_could_have_written_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(DEFAULT_CONFIG_FILE);
+        assert!(
+            Config::load_found(dir.path()).is_ok(),
+            "none there: the defaults"
+        );
+        std::fs::write(&file, "[sandbox]\nnode = \"/bin/true\"\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Config::load_found(dir.path()).unwrap();
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("others can write it") && err.contains("--config"),
+            "{err}"
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("its folder"), "{err}");
+        // Sticky, as /tmp: others cannot replace a file of ours there.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Config::load_found(dir.path()).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        if !nix::unistd::geteuid().is_root() {
+            return; // a file of another user's needs root
+        }
+        std::os::unix::fs::chown(&file, Some(12345), None).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("belongs to another user"), "{err}");
+        // Theirs behind a link of ours, or ours behind a link of theirs: refused alike.
+        let other = tempfile::tempdir().unwrap();
+        let target = other.path().join("real.toml");
+        std::fs::rename(&file, &target).unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        assert!(Config::load_found(dir.path()).is_err());
+        std::os::unix::fs::chown(&target, Some(0), None).unwrap();
+        Config::load_found(dir.path()).unwrap();
+        std::os::unix::fs::lchown(&file, Some(12345), None).unwrap();
+        assert!(Config::load_found(dir.path()).is_err());
+    }
 
     fn parse(text: &str) -> Result<Config> {
         Config::from_toml_str(text, Path::new("/etc/ts/toolsearch.toml"))
