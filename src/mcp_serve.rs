@@ -11,6 +11,7 @@
 //! changed.
 
 mod sessions;
+mod stdio;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -344,7 +345,7 @@ impl McpHost {
     /// Serves one client on stdin/stdout until it closes them.
     pub async fn serve_stdio(self: Arc<Self>) -> Result<()> {
         let running = Handler(self)
-            .serve(rmcp::transport::stdio())
+            .serve((stdio::filtered(tokio::io::stdin()), tokio::io::stdout()))
             .await
             .map_err(|e| Error::Serve(e.to_string()))?;
         let _ = running.waiting().await;
@@ -452,6 +453,29 @@ impl ServerHandler for Handler {
         )
         .with_server_info(Implementation::new("toolsearch", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.0.current.read().instructions.clone())
+    }
+
+    /// A line the stdio front refused ([`stdio::REFUSED`]) is answered with its reason;
+    /// any other method no one knows, as rmcp would.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _: RequestContext<RoleServer>,
+    ) -> std::result::Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method == stdio::REFUSED {
+            let reason = request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or("refused");
+            return Err(ErrorData::invalid_request(reason.to_string(), None));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -426,6 +426,39 @@ fn the_sdk_client_runs_tool_search_code_over_stdio() {
     assert!(unknown.contains("unknown tool `no_such_tool`"), "{unknown}");
 }
 
+/// Over stdio, `mcp serve` keeps the bounds of `--listen`: a call over 4 MiB, or one of
+/// more JSON values than a request may hold, is answered with the reason (the official
+/// SDK's call ends at once, not at its timeout), and the session goes on.
+#[test]
+fn over_stdio_a_request_past_the_bounds_is_answered_with_the_reason() {
+    let (_dir, config) = setup("");
+    let config = config.display().to_string();
+    let big = "a".repeat(5 << 20);
+    let dense = vec![0; 60_000];
+    let out = sdk_client(
+        &["stdio", BIN, "--config", &config, "mcp", "serve"],
+        json!({"calls": [
+            {"name": "tool_search_code", "arguments": {"code": big}},
+            {"name": "tool_search_code", "arguments": {"code": "return 1", "x": dense}},
+            {"name": "tool_search_code", "arguments": {"code": CODE_BODY}},
+        ]}),
+    );
+    let thrown = |i: usize| {
+        out["results"][i]["thrown"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        thrown(0).contains("bytes; at most 4194304"),
+        "{:.400}",
+        thrown(0)
+    );
+    assert!(thrown(1).contains("JSON values"), "{:.400}", thrown(1));
+    let results = out["results"].as_array().unwrap();
+    check_code_result(&json!({"results": [results[2]]}));
+}
+
 #[test]
 fn tools_mode_over_streamable_http_and_a_changing_upstream_list() {
     let (dir, config) = setup(&format!(
