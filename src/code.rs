@@ -220,6 +220,8 @@ pub async fn run_with(
             }
         }
     };
+    // The child is gone and its calls ended (`run_on` aborts and drains them).
+    dispatcher.run_ended(parent_id);
     let counts = dispatcher.catalog().counts();
     let telemetry = Telemetry {
         catalog_size: counts.cataloged,

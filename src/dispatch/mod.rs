@@ -579,6 +579,13 @@ impl Dispatcher {
         }
     }
 
+    /// Forgets the call count of `parent` (a code run) once it has ended and no call of it
+    /// can start any more: one entry a run, never removed, grew for the life of a server
+    /// (front round 7).
+    pub fn run_ended(&self, parent: &str) {
+        self.sequence.lock().remove(parent);
+    }
+
     /// `{caller}:{parent or "direct"}:{name}:{n}` (`cli:direct:create_issue:1`,
     /// `code:run-3:create_issue:2`), n counting from 1 per parent, so an id says who called
     /// and from which run, and is unique in the session.

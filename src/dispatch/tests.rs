@@ -133,6 +133,10 @@ async fn a_fixture_call_returns_the_envelope() {
     let nested = d.call(nested).await.unwrap();
     assert_eq!(nested.call_id, "test:run-7:create_issue:1");
     assert_eq!(d.counters().executed_count, 3);
+    // A run's count goes with it: a server's runs leave nothing behind.
+    assert!(d.sequence.lock().contains_key("run-7"));
+    d.run_ended("run-7");
+    assert!(!d.sequence.lock().contains_key("run-7"));
 }
 
 #[tokio::test]

@@ -186,6 +186,15 @@ impl SessionLog {
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
         let mut file = file.lock();
+        if let (Some(f), Some(path)) = (file.as_ref(), &self.path)
+            && f.metadata()
+                .is_ok_and(|m| m.len() > 0 && m.len() + bytes.len() as u64 > MAX_LOG_FILE_BYTES)
+        {
+            // Whoever else appends to it (another process of this session) reopens it
+            // at its own next event past the bound; its lines meanwhile go to the old file.
+            let _ = std::fs::rename(path, old_log(path));
+            *file = None;
+        }
         if file.is_none()
             && let Some(path) = &self.path
         {
@@ -200,6 +209,23 @@ impl SessionLog {
             tracing::error!("session log write failed: {e}");
         }
     }
+}
+
+/// The most a session log grows to: then it becomes its `~old` file (replacing the one
+/// before) and a new one begins, so one session's log takes at most twice this. A
+/// long-lived `mcp serve` logs every request of every client to one session (one client
+/// grew it 1.7 GB an hour, front round 7), and nothing else bounds a single log.
+pub const MAX_LOG_FILE_BYTES: u64 = 64 << 20;
+
+/// `NAME.jsonl`'s older half, `NAME~old.jsonl`: a name no key's log has (a plain key's
+/// name has no `~`, a hashed one 32 hex digits after it), and a `.jsonl`, so pruning
+/// counts it.
+fn old_log(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}~old.jsonl"))
 }
 
 /// Removes the oldest session logs (by last write) of `state_dir` until at most
@@ -353,6 +379,32 @@ mod tests {
         let lazy = SessionLog::lazy(dir.path(), "j", "j").unwrap();
         lazy.event("search", json!({"query": "x"}));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    }
+
+    /// One session's log never grows past its bound: the older half is kept beside it,
+    /// under a name no key's log can have.
+    #[test]
+    fn a_log_past_its_bound_begins_again_keeping_one_older_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SessionLog::open(dir.path(), "long").unwrap();
+        let big = "x".repeat(1 << 20);
+        for _ in 0..(2 * MAX_LOG_FILE_BYTES / (1 << 20) + 8) {
+            log.event("search", json!({"query": big}));
+        }
+        let path = log.path().unwrap().to_path_buf();
+        let old = path.with_file_name("long~old.jsonl");
+        let (now, before) = (
+            std::fs::metadata(&path).unwrap().len(),
+            std::fs::metadata(&old).unwrap().len(),
+        );
+        assert!(
+            now <= MAX_LOG_FILE_BYTES && before <= MAX_LOG_FILE_BYTES,
+            "{now} {before}"
+        );
+        assert!(now > 0 && before > MAX_LOG_FILE_BYTES / 2);
+        assert!(!session_file_name("long~old").contains("~old.jsonl"));
+        // Pruning sees the older half as a log of its own.
+        assert_eq!(prune_sessions(dir.path(), 1, u64::MAX), 1);
     }
 
     #[test]
