@@ -61,11 +61,45 @@ impl Guard {
     }
 
     /// Whether a request of `method` with `headers` may go on.
+    /// [`Guard::check`] of a whole request: its target too, which may name a host of its
+    /// own (`GET http://evil.example/ HTTP/1.1`, the absolute form proxies use) that a
+    /// proxy in front would take over the Host header.
+    pub fn check_request(
+        &self,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Result<(), Refusal> {
+        if self.loopback
+            && let Some(authority) = uri.authority()
+            && !is_loopback_authority(authority.as_str())
+        {
+            return Err(Refusal {
+                status: StatusCode::FORBIDDEN,
+                message: format!(
+                    "the request names the host `{}`, not this server's",
+                    crate::catalog::compact::cut(authority.as_str(), 80)
+                ),
+            });
+        }
+        self.check(method, headers)
+    }
+
     pub fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
         let forbidden = |message: String| Refusal {
             status: StatusCode::FORBIDDEN,
             message,
         };
+        // One of each: a second Host or Origin is read by whatever sits in front (a proxy
+        // may take the last) while this guard read the first.
+        for name in [header::HOST, header::ORIGIN] {
+            if headers.get_all(&name).iter().nth(1).is_some() {
+                return Err(Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    message: format!("a request may have one {name} header, not several"),
+                });
+            }
+        }
         if self.loopback {
             let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
             match host {
@@ -176,6 +210,20 @@ mod tests {
             assert_eq!(e.status, StatusCode::FORBIDDEN, "{host}");
         }
         assert!(g.check(&Method::GET, &HeaderMap::new()).is_err());
+        // A second Host, or a target naming another host, is refused whatever the first says.
+        let mut two = headers(&[("host", "localhost")]);
+        two.append(header::HOST, "evil.example".parse().unwrap());
+        assert_eq!(
+            g.check(&Method::GET, &two).unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        let one = headers(&[("host", "localhost")]);
+        let uri: http::Uri = "http://evil.example/v1/models".parse().unwrap();
+        assert!(g.check_request(&Method::GET, &uri, &one).is_err());
+        let uri: http::Uri = "http://127.0.0.1:8080/v1/models".parse().unwrap();
+        assert!(g.check_request(&Method::GET, &uri, &one).is_ok());
+        let uri: http::Uri = "/v1/models".parse().unwrap();
+        assert!(g.check_request(&Method::GET, &uri, &one).is_ok());
         assert!(
             Guard::new(false, &[], Guard::plain)
                 .check(&Method::GET, &headers(&[("host", "evil.example")]))

@@ -133,7 +133,8 @@ pub async fn serve(
         let guard = Arc::clone(&guard);
         let service =
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let refused = guard.check(request.method(), request.headers());
+                let refused =
+                    guard.check_request(request.method(), request.uri(), request.headers());
                 let request = request.map(|b| axum::body::Body::new(Deadline::new(b, limits.body)));
                 let mut app = app.clone();
                 let answer = guard.answer;
