@@ -43,7 +43,7 @@ use crate::surface::{self, Surface};
 
 mod model;
 pub use model::{
-    Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture, ROUND_SEPARATOR,
+    Held, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture, ROUND_SEPARATOR,
     TextStream,
 };
 
@@ -192,6 +192,10 @@ pub struct TurnOutcome {
     pub pending: Vec<ToolCall>,
     /// Tokens of every round, when the provider counted them.
     pub usage: Option<Usage>,
+    /// The provider answers' places in their pool ([`ModelReply::held`]): whoever sends
+    /// the outcome on keeps them until it is sent.
+    #[serde(skip)]
+    pub held: Held,
 }
 
 /// Runs turns for one session against one surface.
@@ -387,6 +391,25 @@ impl Agent {
         options: TurnOptions,
         abort: CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
+        let mut held = Held::default();
+        let outcome = self
+            .run_rounds(model, system, messages, options, abort, &mut held)
+            .await;
+        outcome.map(|mut o| {
+            o.held = held;
+            o
+        })
+    }
+
+    async fn run_rounds(
+        self: &Arc<Self>,
+        model: &dyn Model,
+        system: &str,
+        messages: Vec<Message>,
+        options: TurnOptions,
+        abort: CancellationToken,
+        held: &mut Held,
+    ) -> Result<TurnOutcome, TurnError> {
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut messages = messages;
         let for_round = |round: usize| {
@@ -428,6 +451,7 @@ impl Agent {
                 }
             };
             drop(request);
+            held.add(std::mem::take(&mut reply.held));
             self.hold_to_choice(&mut reply, &options.options, round);
             if let Some(u) = reply.usage {
                 usage.get_or_insert_default().add(u);
@@ -545,6 +569,7 @@ impl Agent {
             messages,
             pending: Vec::new(),
             usage,
+            held: Held::default(),
         }
     }
 

@@ -36,6 +36,31 @@ pub struct ModelReply {
     pub streamed: bool,
     /// Tokens, when the provider counted them.
     pub usage: Option<Usage>,
+    /// The answer's bytes' place in the provider client's pool, held as long as anything
+    /// made of them is (through the turn, to the last byte of its response).
+    pub held: Held,
+}
+
+/// Places in a bounded pool (the provider answers in flight), let go when the last copy
+/// is dropped. Equal to any other: they hold memory, not meaning.
+#[derive(Debug, Clone, Default)]
+pub struct Held(Vec<Arc<tokio::sync::OwnedSemaphorePermit>>);
+
+impl Held {
+    pub fn new(permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        Held(vec![Arc::new(permit)])
+    }
+
+    /// `other`'s places too.
+    pub fn add(&mut self, other: Held) {
+        self.0.extend(other.0);
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, _: &Held) -> bool {
+        true
+    }
 }
 
 /// A provider's failure: what it said and, when it answered with an error status, that

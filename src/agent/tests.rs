@@ -68,6 +68,7 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
             .collect(),
         streamed: false,
         usage: None,
+        held: Default::default(),
     }
 }
 

@@ -194,7 +194,11 @@ async fn create_inner(
         let Running { turn, cancel, .. } = gw.start(turn, None).await?;
         let result = settled(turn.await);
         drop(cancel);
-        return Ok(axum::Json(completion.body(&result?)).into_response());
+        let mut outcome = result?;
+        let held = std::mem::take(&mut outcome.held);
+        let body = completion.body(&outcome);
+        drop(outcome);
+        return Ok(sse::json_holding(&body, held));
     }
     let (tx, rx) = mpsc::channel(TEXT_BUFFER);
     let running = gw.start(turn, Some(tx)).await?;

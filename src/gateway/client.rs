@@ -33,7 +33,7 @@ use sse_stream::SseStream;
 use super::json::Budget;
 use super::redact::{Redactor, shown_url};
 use crate::agent::{
-    Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
+    Held, Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
@@ -43,6 +43,72 @@ use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payl
 
 /// The largest answer read from a provider, whole or streamed.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// The provider's answers being read or held at once, over every turn of this client (a
+/// gateway's): each answer's bytes take their place as they arrive, and keep it until what
+/// was made of them is sent ([`ModelReply::held`]). An answer may be 32 MiB and becomes a
+/// few copies of itself (text, parsed, the client's response): 100 clients asking for a
+/// turn whose provider answered 30 MB, and reading nothing, held 3.5 GB, and 96 model lists
+/// of 32 MB 5.66 GB (front round 7). An answer that finds the pool full fails with 503.
+pub const ANSWER_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
+
+/// The largest model list read: a real one is a few kilobytes to a megabyte.
+pub const MAX_MODEL_LIST_BYTES: usize = 8 * 1024 * 1024;
+
+/// An answer's bytes' places in [`ANSWER_BYTES_IN_FLIGHT`], taken as they arrive.
+struct AnswerBytes {
+    pool: std::sync::Arc<tokio::sync::Semaphore>,
+    bytes: usize,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl AnswerBytes {
+    fn new(pool: &std::sync::Arc<tokio::sync::Semaphore>) -> Self {
+        AnswerBytes {
+            pool: std::sync::Arc::clone(pool),
+            bytes: 0,
+            held: None,
+        }
+    }
+
+    /// `n` more bytes (in KiB places); an error once the pool has no room for them.
+    fn take(&mut self, n: usize) -> Result<(), String> {
+        self.bytes += n;
+        let want = self.bytes.div_ceil(1024) as u32;
+        let have = self.held.as_ref().map_or(0, |p| p.num_permits() as u32);
+        if want <= have {
+            return Ok(());
+        }
+        let more = std::sync::Arc::clone(&self.pool)
+            .try_acquire_many_owned(want - have)
+            .map_err(|_| {
+                format!(
+                    "the provider's answers in flight take {} MiB, the most this gateway holds at once; retry shortly",
+                    ANSWER_BYTES_IN_FLIGHT >> 20
+                )
+            })?;
+        match &mut self.held {
+            Some(p) => p.merge(more),
+            None => self.held = Some(more),
+        }
+        Ok(())
+    }
+
+    fn into_held(self) -> Held {
+        self.held.map(Held::new).unwrap_or_default()
+    }
+}
+
+/// A failure to take an answer's place: the gateway's own 503, with a retry soon.
+fn pool_full(message: String) -> ModelError {
+    ModelError {
+        message,
+        status: Some(503),
+        kind: Some("server_error".into()),
+        code: Some("answers_in_flight".into()),
+        retry_after: Some("1".into()),
+    }
+}
 
 /// The Messages API version sent to Anthropic.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -61,6 +127,8 @@ pub struct HttpModel {
     http: reqwest::Client,
     /// Takes the key and the URL's secrets out of every error.
     redactor: Redactor,
+    /// [`ANSWER_BYTES_IN_FLIGHT`], in KiB.
+    answers: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpModel {
@@ -102,6 +170,9 @@ impl HttpModel {
             retries: config.max_retries,
             http,
             redactor,
+            answers: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                ANSWER_BYTES_IN_FLIGHT / 1024,
+            )),
         })
     }
 
@@ -230,9 +301,11 @@ impl HttpModel {
         }
         // Redacted before anything is cut from it, so no cut leaves a piece of a secret
         // that the whole-form search would miss.
-        let text = self
-            .redactor
-            .text(&read_bounded(response, 64 * 1024).await.unwrap_or_default());
+        let text = self.redactor.text(
+            &read_bounded(response, 64 * 1024, None)
+                .await
+                .unwrap_or_default(),
+        );
         let error = Budget::default()
             .parse::<Value>(&text)
             .ok()
@@ -291,26 +364,43 @@ impl HttpModel {
         &self,
         response: reqwest::Response,
         request: &ModelRequest,
+        bytes: &mut AnswerBytes,
     ) -> Result<Answer, ModelError> {
         let name = self.provider.as_str();
         // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature. Bytes
         // are counted as they arrive, before the SSE parser buffers any: a line that
         // never ends is cut off at the bound like any other answer.
-        let chunks = futures::stream::try_unfold((response, 0usize), |(mut r, read)| async move {
-            let Some(chunk) = r
-                .chunk()
-                .await
-                .map_err(|e| std::io::Error::other(without_url(&e)))?
-            else {
-                return Ok(None);
-            };
-            let read = read + chunk.len();
-            if read > MAX_ANSWER_BYTES {
-                return Err(std::io::Error::other(format!(
-                    "the stream is larger than {MAX_ANSWER_BYTES} bytes"
-                )));
+        let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let taken = std::sync::Arc::new(parking_lot::Mutex::new(std::mem::replace(
+            bytes,
+            AnswerBytes::new(&self.answers),
+        )));
+        let (full_in, taken_in) = (std::sync::Arc::clone(&full), std::sync::Arc::clone(&taken));
+        let chunks = futures::stream::try_unfold((response, 0usize), move |(mut r, read)| {
+            let (full, taken) = (
+                std::sync::Arc::clone(&full_in),
+                std::sync::Arc::clone(&taken_in),
+            );
+            async move {
+                let Some(chunk) = r
+                    .chunk()
+                    .await
+                    .map_err(|e| std::io::Error::other(without_url(&e)))?
+                else {
+                    return Ok(None);
+                };
+                let read = read + chunk.len();
+                if read > MAX_ANSWER_BYTES {
+                    return Err(std::io::Error::other(format!(
+                        "the stream is larger than {MAX_ANSWER_BYTES} bytes"
+                    )));
+                }
+                if let Err(e) = taken.lock().take(chunk.len()) {
+                    full.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Err(std::io::Error::other(e));
+                }
+                Ok(Some((chunk, (r, read))))
             }
-            Ok(Some((chunk, (r, read))))
         });
         // One chunk per line: sse-stream answers a line that is not SSE with an error and
         // drops the rest of its chunk, so a stray line costs only itself.
@@ -330,6 +420,9 @@ impl HttpModel {
             let event = match event {
                 Ok(e) => e,
                 Err(sse_stream::Error::Body(e)) => {
+                    if full.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Err(pool_full(e.to_string()));
+                    }
                     return Err(ModelError::from(format!(
                         "{name}: reading the stream failed: {e}"
                     )));
@@ -353,6 +446,7 @@ impl HttpModel {
         if !any {
             return Err(self.garbage("no server-sent events"));
         }
+        std::mem::swap(bytes, &mut taken.lock());
         let calls = assembler.finish().map_err(|e| self.garbage(e))?;
         let (text, late) = text.finish();
         if let (Some(late), Some(out)) = (late, &request.text) {
@@ -388,9 +482,13 @@ impl HttpModel {
         if !response.status().is_success() {
             return Err(self.error_of(response, &shown).await);
         }
-        let text = read_bounded(response, MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| ModelError::from(format!("{shown}: {e}")))?;
+        // Held while it is read and parsed; the list answered is a small copy.
+        let mut bytes = AnswerBytes::new(&self.answers);
+        let text = match read_bounded(response, MAX_MODEL_LIST_BYTES, Some(&mut bytes)).await {
+            Ok(text) => text,
+            Err(ReadError::Full(e)) => return Err(pool_full(e)),
+            Err(ReadError::Io(e)) => return Err(ModelError::from(format!("{shown}: {e}"))),
+        };
         let v: Value = Budget::default()
             .parse(&text)
             .map_err(|e| self.garbage(e))?;
@@ -421,18 +519,21 @@ impl HttpModel {
             let body = self.body(request);
             let response = self.send(&body).await?;
             let streamed = self.streams(request);
+            let mut bytes = AnswerBytes::new(&self.answers);
             let answer = if streamed {
-                self.read_stream(response, request).await?
+                self.read_stream(response, request, &mut bytes).await?
             } else {
-                let text = read_bounded(response, MAX_ANSWER_BYTES)
-                    .await
-                    .map_err(|e| {
-                        ModelError::from(format!(
+                let text = match read_bounded(response, MAX_ANSWER_BYTES, Some(&mut bytes)).await {
+                    Ok(text) => text,
+                    Err(ReadError::Full(e)) => return Err(pool_full(e)),
+                    Err(ReadError::Io(e)) => {
+                        return Err(ModelError::from(format!(
                             "{} at {}: reading the answer failed: {e}",
                             self.provider.as_str(),
                             shown_url(&self.url())
-                        ))
-                    })?;
+                        )));
+                    }
+                };
                 self.parse_whole(&text)?
             };
             let names = WireNames::new(self.provider, &request.tools);
@@ -445,6 +546,7 @@ impl HttpModel {
                     .collect(),
                 streamed: streamed && request.text.is_some(),
                 usage: answer.usage,
+                held: bytes.into_held(),
             })
         }
     }
@@ -506,16 +608,38 @@ fn header(response: &reqwest::Response, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A body read whole, at most `max` bytes.
-async fn read_bounded(mut response: reqwest::Response, max: usize) -> Result<String, String> {
+/// A body read whole, at most `max` bytes, each taking its place in `pool` when given.
+async fn read_bounded(
+    mut response: reqwest::Response,
+    max: usize,
+    mut pool: Option<&mut AnswerBytes>,
+) -> Result<String, ReadError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| without_url(&e))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ReadError::Io(without_url(&e)))?
+    {
         if body.len() + chunk.len() > max {
-            return Err(format!("the answer is larger than {max} bytes"));
+            return Err(ReadError::Io(format!(
+                "the answer is larger than {max} bytes"
+            )));
+        }
+        if let Some(pool) = pool.as_deref_mut() {
+            pool.take(chunk.len()).map_err(ReadError::Full)?;
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(String::from_utf8_lossy(&body).into_owned())
+    // Valid UTF-8 (the usual case) becomes the text without a second copy.
+    Ok(String::from_utf8(body)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+/// Why a body was not read.
+enum ReadError {
+    Io(String),
+    /// [`ANSWER_BYTES_IN_FLIGHT`] had no room.
+    Full(String),
 }
 
 /// `{base}/{path}`, a query the base carries kept at the end (some providers take their
@@ -569,6 +693,101 @@ mod tests {
         assert_eq!(backoff(1, None), Duration::from_millis(100));
         assert_eq!(backoff(3, None), Duration::from_millis(400));
         assert_eq!(backoff(1, Some(60)), Duration::from_millis(5_000));
+    }
+
+    /// A provider on loopback answering every request with `text` (a Responses message),
+    /// whole or streamed as one delta.
+    async fn provider(text: String) -> String {
+        use axum::response::IntoResponse;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route(
+            "/v1/responses",
+            axum::routing::post(move |body: axum::Json<Value>| {
+                let text = text.clone();
+                async move {
+                    if body.0["stream"] == json!(true) {
+                        let delta = json!({"type": "response.output_text.delta", "delta": text});
+                        let done =
+                            json!({"type": "response.completed", "response": {"output": []}});
+                        return axum::response::Response::builder()
+                            .header("content-type", "text/event-stream")
+                            .body(axum::body::Body::from(format!(
+                                "data: {delta}\n\ndata: {done}\n\n"
+                            )))
+                            .unwrap();
+                    }
+                    axum::Json(json!({"output": [{"type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": text}]}]}))
+                    .into_response()
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/v1")
+    }
+
+    fn ask(streamed: bool) -> ModelRequest {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1 << 20);
+        ModelRequest {
+            system: String::new(),
+            tools: Vec::new(),
+            messages: vec![Message::User {
+                content: "hi".into(),
+            }],
+            options: Default::default(),
+            text: streamed.then(|| {
+                crate::agent::TextStream::new(
+                    tx,
+                    tokio_util::sync::CancellationToken::new(),
+                    Duration::from_secs(60),
+                )
+            }),
+        }
+    }
+
+    /// An answer's bytes hold their places in the pool for as long as the reply (and
+    /// what is made of it) lives, whole or streamed; an answer that finds no room fails
+    /// with the gateway's own 503, not the provider's.
+    #[tokio::test]
+    async fn provider_answers_take_places_in_one_pool_until_dropped() {
+        let base_url = provider("x".repeat(3 << 20)).await;
+        for stream in [false, true] {
+            let model = HttpModel::new(&ProviderConfig {
+                base_url: base_url.clone(),
+                stream,
+                max_retries: 0,
+                ..ProviderConfig::default()
+            })
+            .unwrap();
+            let all = model.answers.available_permits();
+            let reply = model.respond(&ask(stream)).await.unwrap();
+            assert_eq!(reply.text.len(), 3 << 20);
+            let taken = all - model.answers.available_permits();
+            assert!((3 << 10..4 << 10).contains(&taken), "{taken} KiB");
+            let kept = reply.held.clone();
+            drop(reply);
+            assert_eq!(
+                all - model.answers.available_permits(),
+                taken,
+                "a copy keeps them"
+            );
+            drop(kept);
+            assert_eq!(model.answers.available_permits(), all);
+
+            // Room for two answers: the third fails at once with 503 and a retry soon.
+            model.answers.forget_permits(all - (7 << 10));
+            let (a, b) = (
+                model.respond(&ask(stream)).await.unwrap(),
+                model.respond(&ask(stream)).await.unwrap(),
+            );
+            let e = model.respond(&ask(stream)).await.unwrap_err();
+            assert_eq!(e.status, Some(503), "{e:?}");
+            assert_eq!(e.code.as_deref(), Some("answers_in_flight"));
+            assert!(e.message.contains("answers in flight"), "{}", e.message);
+            drop((a, b));
+            model.respond(&ask(stream)).await.unwrap();
+        }
     }
 
     #[test]

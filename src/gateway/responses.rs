@@ -218,9 +218,11 @@ async fn create_inner(
         let Running { turn, cancel, .. } = running;
         let result = settled(turn.await);
         drop(cancel);
-        let outcome = result?;
+        let mut outcome = result?;
+        let held = std::mem::take(&mut outcome.held);
         let body = answer.complete(gw, &outcome);
-        return Ok(axum::Json(body).into_response());
+        drop(outcome);
+        return Ok(sse::json_holding(&body, held));
     }
     let (tx, rx) = mpsc::channel(TEXT_BUFFER);
     let running = gw.start(turn, Some(tx)).await?;

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::errors::ApiError;
 use super::turn::{Running, settled};
-use crate::agent::TurnOutcome;
+use crate::agent::{Held, TurnOutcome};
 
 /// A front's events for one streamed turn.
 pub trait Encoder: Send + 'static {
@@ -58,6 +58,27 @@ pub fn event(name: Option<&str>, data: &Value) -> Bytes {
     frame.push_str(&data.to_string());
     frame.push_str("\n\n");
     Bytes::from(frame)
+}
+
+/// `body` as a JSON answer that keeps `held` (the provider answers' places it was made
+/// from) until its last byte is sent, or its client gone: a client that does not read
+/// holds its places, not more than them.
+pub fn json_holding(body: &Value, held: Held) -> Response {
+    struct Holding {
+        bytes: Vec<u8>,
+        _held: Held,
+    }
+    impl AsRef<[u8]> for Holding {
+        fn as_ref(&self) -> &[u8] {
+            &self.bytes
+        }
+    }
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(Bytes::from_owner(Holding { bytes, _held: held })),
+    )
+        .into_response()
 }
 
 /// The streamed answer of `running`, whose text arrives on `text`.
@@ -96,11 +117,12 @@ pub async fn respond<E: Encoder>(
         text,
         running: Some(running),
         end: VecDeque::new(),
+        held: Held::default(),
         encoder,
     };
     if let Some(result) = ended {
         st.running = None;
-        st.end = st.encoder.finish(result).into();
+        st.finish(result);
     }
     let body = futures::stream::unfold(st, |mut st| async move {
         if let Some(first) = st.first.take() {
@@ -120,7 +142,7 @@ pub async fn respond<E: Encoder>(
                 let result = settled((&mut running.turn).await);
                 // The guard goes with it: the turn is over.
                 st.running = None;
-                st.end = st.encoder.finish(result).into();
+                st.finish(result);
                 let later = st.end.pop_front()?;
                 let frame = later(&mut st.encoder);
                 Some((Ok(frame), st))
@@ -138,7 +160,18 @@ struct Streaming<E> {
     running: Option<Running>,
     /// The end's events not yet made, once the turn has ended.
     end: VecDeque<Later<E>>,
+    /// The provider answers' places, kept until the stream is sent or dropped.
+    held: Held,
     encoder: E,
+}
+
+impl<E: Encoder> Streaming<E> {
+    fn finish(&mut self, mut result: Result<TurnOutcome, ApiError>) {
+        if let Ok(outcome) = &mut result {
+            self.held = std::mem::take(&mut outcome.held);
+        }
+        self.end = self.encoder.finish(result).into();
+    }
 }
 
 /// Events made one at a time as the client reads them (a stored response replayed), as

@@ -265,8 +265,11 @@ pub fn prune_sessions(state_dir: &Path, max_files: usize, max_bytes: u64) -> usi
 /// can write (the cache's rule, [`crate::cache::prepare`]), so no one else can plant a link
 /// or a file at a log's name, which a client may choose.
 fn sessions_dir(state_dir: &Path) -> Result<PathBuf> {
-    crate::cache::prepare(&state_dir.join("sessions"))
-        .map_err(|e| Error::Usage(format!("the session log folder: {e}")))
+    crate::cache::prepare(&state_dir.join("sessions")).map_err(|e| {
+        Error::Usage(format!(
+            "cannot use the state directory for session logs: {e}"
+        ))
+    })
 }
 
 fn append_to(path: &Path) -> std::io::Result<File> {
