@@ -302,9 +302,18 @@ fn item_events(index: usize, item: Value) -> Vec<Replayed> {
     let added = {
         let item = Arc::clone(&item);
         move |empty: (&'static str, Value)| {
-            let mut added = (*item).clone();
-            added["status"] = json!("in_progress");
-            added[empty.0] = empty.1;
+            // The item without what it will have: its text is not copied to be replaced.
+            let mut added: serde_json::Map<String, Value> = item
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    let v = if k == empty.0 { Value::Null } else { v.clone() };
+                    (k.clone(), v)
+                })
+                .collect();
+            added.insert("status".into(), json!("in_progress"));
+            added.insert(empty.0.into(), empty.1);
             json!({"output_index": index, "item": added})
         }
     };
