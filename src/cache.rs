@@ -147,6 +147,22 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     Ok(walk.path())
 }
 
+/// What a folder set aside by [`prepare`] is named with, before its name: nothing that
+/// cleans a cache folder may remove one ([`removable`]), as it may hold what is not the
+/// cache's.
+pub const UNTRUSTED_PREFIX: &str = ".untrusted-";
+
+/// Whether an entry of a prepared folder may be removed by what cleans the cache (pruning,
+/// replacing): a file or folder this user made there, not a link (removed as itself
+/// anyway), not a folder [`prepare`] set aside, and not another user's (which could only
+/// have come from before the folder was private). Checked without following a link.
+pub fn removable(path: &Path) -> bool {
+    let aside = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(UNTRUSTED_PREFIX));
+    !aside && fs::symlink_metadata(path).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+}
+
 /// At most this many links on one path, as the kernel's own limit (`ELOOP`).
 const MAX_LINKS: usize = 40;
 
@@ -273,22 +289,25 @@ impl Walk {
                 shown.display()
             ));
         }
-        if st.st_mode & 0o7777 != 0o700 {
-            // A handle that can change the folder: the walk's are path-only.
+        // A handle that can change the folder: the walk's are path-only.
+        let private = |fd: &OwnedFd| {
             at::openat(
-                &top.fd,
+                fd,
                 ".",
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .and_then(|fd| at::fchmod(&fd, Mode::RWXU))
-            .map_err(|e| format!("cannot make {} private: {e}", shown.display()))?;
-        }
+            .map_err(|e| format!("cannot make {} private: {e}", shown.display()))
+        };
         if st.st_mode & 0o022 != 0 {
+            // Renamed first, then made private through its handle: made private first, a
+            // rename that failed (a full disk, a file system without NOREPLACE) left it
+            // looking like a folder of ours with what was planted in it, trusted next time.
             // Renamed by name in the parent held: a folder no one else can change, so the
             // name still holds the folder just checked.
             let aside = OsString::from(format!(
-                ".untrusted-{}-{}-{}",
+                "{UNTRUSTED_PREFIX}{}-{}-{}",
                 top.name.to_string_lossy(),
                 std::process::id(),
                 std::time::SystemTime::now()
@@ -303,6 +322,7 @@ impl Walk {
                 at::RenameFlags::NOREPLACE,
             )
             .map_err(|e| format!("cannot set {} aside: {e}", shown.display()))?;
+            private(&top.fd)?;
             let name = top.name.clone();
             let aside_shown = shown.with_file_name(&aside);
             self.up();
@@ -319,6 +339,9 @@ impl Walk {
             );
             // The fresh folder: made 0700 by this process, checked as any other.
             return self.fix_top();
+        }
+        if st.st_mode & 0o7777 != 0o700 {
+            private(&top.fd)?;
         }
         if let Some(top) = self.held.last_mut() {
             top.checked = true;
@@ -650,6 +673,25 @@ mod tests {
         racer.join().unwrap();
         assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o777);
         assert!(victim.join("precious").exists());
+    }
+
+    /// What cleans the cache removes only its own: never a folder set aside, nor another
+    /// user's entry (a catalog store pruned a planted `*.index` of another user's, with a
+    /// folder moved into it, when a set-aside had failed).
+    #[test]
+    fn only_this_user_s_entries_not_set_aside_are_removable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mine = tmp.path().join("k.index");
+        fs::create_dir(&mine).unwrap();
+        assert!(removable(&mine));
+        let aside = tmp.path().join(format!("{UNTRUSTED_PREFIX}catalogs-1-2"));
+        fs::create_dir(&aside).unwrap();
+        assert!(!removable(&aside));
+        assert!(!removable(&tmp.path().join("missing")));
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::lchown(&mine, Some(12345), None).unwrap();
+            assert!(!removable(&mine));
+        }
     }
 
     #[test]

@@ -458,6 +458,10 @@ fn folder_bytes(dir: &Path) -> u64 {
 }
 
 fn remove(path: &Path) {
+    if !cache::removable(path) {
+        tracing::debug!("{} is not the store's to remove: kept", path.display());
+        return;
+    }
     let result = match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir_all(path),
         Ok(_) => fs::remove_file(path),

@@ -232,7 +232,7 @@ fn prune_models(root: &Path, keep: &Path) {
     let mut models: Vec<(std::time::SystemTime, PathBuf)> = dir
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.is_dir() && p != keep)
+        .filter(|p| p.is_dir() && p != keep && crate::cache::removable(p))
         .map(|p| {
             let t = p
                 .metadata()
@@ -330,5 +330,20 @@ mod tests {
         let n = std::fs::read_dir(tmp.path()).unwrap().count();
         assert!(n <= MAX_MODELS, "{n} model folders kept");
         assert!(tmp.path().join(format!("model{}", MAX_MODELS + 1)).exists());
+    }
+
+    /// A folder `prepare` set aside may hold what is not the cache's (a folder of this
+    /// user's that another user moved in): pruning old models never removes one, nor
+    /// anything not this user's (ninth sandbox review).
+    #[test]
+    fn pruning_keeps_what_was_set_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let aside = tmp.path().join(".untrusted-model0-1-2");
+        std::fs::create_dir_all(aside.join("precious")).unwrap();
+        std::fs::write(aside.join("precious/work"), "x").unwrap();
+        for i in 0..MAX_MODELS + 2 {
+            Store::open(tmp.path(), &format!("model{i}"), 3).unwrap();
+        }
+        assert!(aside.join("precious/work").exists());
     }
 }
