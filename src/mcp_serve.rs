@@ -345,7 +345,13 @@ impl McpHost {
     /// Serves one client on stdin/stdout until it closes them.
     pub async fn serve_stdio(self: Arc<Self>) -> Result<()> {
         let running = Handler(self)
-            .serve((stdio::filtered(tokio::io::stdin()), tokio::io::stdout()))
+            .serve({
+                let in_flight = stdio::InFlight::new();
+                (
+                    stdio::filtered(tokio::io::stdin(), std::sync::Arc::clone(&in_flight)),
+                    stdio::answers(tokio::io::stdout(), in_flight),
+                )
+            })
             .await
             .map_err(|e| Error::Serve(e.to_string()))?;
         let _ = running.waiting().await;

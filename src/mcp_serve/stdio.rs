@@ -10,16 +10,147 @@
 //! can start an error storm with a peer that echoes).
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::{MAX_OPENING_BYTES, MAX_REQUEST_BYTES, MAX_REQUEST_VALUES, is_initialize};
 
 /// The method a refused line becomes; its `params.reason` says why.
 pub const REFUSED: &str = "toolsearch/refused";
 
+/// Requests passed on to rmcp and not answered yet, at most. rmcp reads lines as fast as
+/// they come and starts a handler for each: a client writing 50-byte `ping`s, reading
+/// nothing, took the server to 3.5 GB in 20 s (ninth sandbox review). Past this, the next
+/// request waits in the client's pipe until one is answered. Each may hold a line of
+/// [`MAX_REQUEST_BYTES`].
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// The requests rmcp has and has not answered: a place each, taken when a request is
+/// passed on, given back when its answer is written (or the client cancels it, as the
+/// official SDK does on its timeout: no answer follows).
+pub struct InFlight {
+    places: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Places held, by the id's JSON text.
+    held: parking_lot::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl InFlight {
+    pub fn new() -> std::sync::Arc<InFlight> {
+        std::sync::Arc::new(InFlight {
+            places: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            held: parking_lot::Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    async fn enter(&self, id: &Value) {
+        if let Ok(place) = self.places.acquire().await {
+            place.forget();
+        }
+        *self.held.lock().entry(id.to_string()).or_insert(0) += 1;
+    }
+
+    fn left(&self, id: &Value) {
+        let mut held = self.held.lock();
+        let key = id.to_string();
+        if let Some(n) = held.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&key);
+            }
+            self.places.add_permits(1);
+        }
+    }
+}
+
+/// rmcp's writer, as it is, watched for answers: each gives its request's place back.
+pub fn answers<W: AsyncWrite + Unpin>(out: W, in_flight: std::sync::Arc<InFlight>) -> Answers<W> {
+    Answers {
+        out,
+        in_flight,
+        scan: IdScan::default(),
+    }
+}
+
+pub struct Answers<W> {
+    out: W,
+    in_flight: std::sync::Arc<InFlight>,
+    /// The line being written (rmcp writes one message a line; a raw line feed is only
+    /// ever a line's end in JSON).
+    scan: IdScan,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Answers<W> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = std::pin::Pin::new(&mut this.out).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &written {
+            for &b in &buf[..*n] {
+                if b != b'\n' {
+                    this.scan.byte(b);
+                    continue;
+                }
+                let line = std::mem::take(&mut this.scan);
+                if line.answer
+                    && let Some(id) = line.id()
+                {
+                    this.in_flight.left(&id);
+                }
+            }
+        }
+        written
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().out).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().out).poll_shutdown(cx)
+    }
+}
+
+/// What `line` (within the bounds, `scan` read from it) asks of [`InFlight`]: a place for a
+/// request rmcp will answer (valid JSON, an id, not itself an answer), or a place given
+/// back for a request the client cancelled.
+async fn account(line: &[u8], scan: &IdScan, in_flight: &InFlight) {
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    let body = line.strip_prefix(BOM).unwrap_or(line);
+    if scan.answer || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return;
+    }
+    if let Some(id) = scan.id() {
+        in_flight.enter(&id).await;
+    } else if scan.method && body.len() <= 64 * 1024 {
+        #[derive(serde::Deserialize)]
+        struct Cancelled {
+            method: String,
+            params: Option<Value>,
+        }
+        if let Ok(n) = serde_json::from_slice::<Cancelled>(body)
+            && n.method == "notifications/cancelled"
+            && let Some(id) = n.params.as_ref().and_then(|p| p.get("requestId"))
+        {
+            in_flight.left(id);
+        }
+    }
+}
+
 /// What rmcp reads instead of stdin: stdin's lines within the bounds, the others as
-/// [`REFUSED`] requests. Runs until stdin ends or rmcp stops reading.
-pub fn filtered(input: impl AsyncRead + Unpin + Send + 'static) -> impl AsyncRead + Send + Unpin {
+/// [`REFUSED`] requests, a request only while fewer than [`MAX_IN_FLIGHT`] are unanswered.
+/// Runs until stdin ends or rmcp stops reading.
+pub fn filtered(
+    input: impl AsyncRead + Unpin + Send + 'static,
+    in_flight: std::sync::Arc<InFlight>,
+) -> impl AsyncRead + Send + Unpin {
     // Small: a line waits here until rmcp has taken the one before (back-pressure to the
     // client's pipe, not a queue of lines in memory).
     let (reader, mut writer) = tokio::io::duplex(64 * 1024);
@@ -36,13 +167,19 @@ pub fn filtered(input: impl AsyncRead + Unpin + Send + 'static) -> impl AsyncRea
             };
             let passed = match refusal(&line, total) {
                 None => {
+                    account(&line, &id, &in_flight).await;
                     line.push(b'\n');
                     writer.write_all(&line).await
                 }
                 Some(reason) => {
                     tracing::warn!("mcp serve: a request refused: {reason}");
                     match refused_request(id.id(), &reason) {
-                        Some(request) => writer.write_all(request.as_bytes()).await,
+                        Some(request) => {
+                            if let Some(id) = id.id() {
+                                in_flight.enter(&id).await;
+                            }
+                            writer.write_all(request.as_bytes()).await
+                        }
                         // No id to answer: nothing to pass on (rmcp would drop it too).
                         None => Ok(()),
                     }
@@ -139,6 +276,10 @@ struct IdScan {
     in_id: bool,
     text: Vec<u8>,
     found: Option<Vec<u8>>,
+    /// A top-level `method` (a request or a notification) was seen.
+    method: bool,
+    /// A top-level `result` or `error` (an answer) was seen.
+    answer: bool,
 }
 
 impl IdScan {
@@ -164,11 +305,15 @@ impl IdScan {
                 self.in_string = false;
                 self.reading_key = false;
             }
-            if self.reading_key && self.key.len() < 4 {
-                self.key.push(b);
-            } else if self.reading_key {
-                self.key.clear();
-                self.key.push(0); // longer than `id`: not it
+            if self.reading_key {
+                // Only short keys matter (`id`, `method`, `result`, `error`); a longer one
+                // is kept as a mark no key is.
+                if self.key.len() < 8 {
+                    self.key.push(b);
+                } else {
+                    self.key = vec![0];
+                    self.reading_key = false;
+                }
             }
             return;
         }
@@ -195,6 +340,11 @@ impl IdScan {
             }
             b':' if top => {
                 self.in_id = self.key == b"id";
+                match self.key.as_slice() {
+                    b"method" => self.method = true,
+                    b"result" | b"error" => self.answer = true,
+                    _ => {}
+                }
                 self.text.clear();
             }
             b',' if top => {
@@ -224,6 +374,7 @@ impl IdScan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tokio::io::AsyncReadExt;
 
     fn scan_id(text: &[u8]) -> Option<Value> {
@@ -261,6 +412,54 @@ mod tests {
         assert_eq!(scan_id(long.as_bytes()), None);
     }
 
+    /// A client that writes requests and reads nothing gets [`MAX_IN_FLIGHT`] of them to
+    /// rmcp, the next only once one is answered or cancelled.
+    #[tokio::test]
+    async fn requests_past_the_bound_wait_for_an_answer_or_a_cancel() {
+        use tokio::io::AsyncBufReadExt;
+        let ping = |i: usize| format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}\n");
+        let mut input = String::new();
+        for i in 0..MAX_IN_FLIGHT + 1 {
+            input.push_str(&ping(i));
+        }
+        input.push_str(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        );
+        input.push('\n');
+        input.push_str(&ping(1000));
+        let in_flight = InFlight::new();
+        let mut lines =
+            tokio::io::BufReader::new(filtered(std::io::Cursor::new(input), in_flight.clone()))
+                .lines();
+        for i in 0..MAX_IN_FLIGHT {
+            let line = lines.next_line().await.unwrap().unwrap();
+            assert!(line.contains(&format!("\"id\":{i},")), "{line}");
+        }
+        let next = tokio::time::timeout(Duration::from_millis(300), lines.next_line()).await;
+        assert!(
+            next.is_err(),
+            "a request past the bound went through: {next:?}"
+        );
+        // An answer written gives its place back; the waiting request goes on.
+        let mut out = answers(Vec::new(), in_flight.clone());
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{}}\n")
+            .await
+            .unwrap();
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert!(line.contains(&format!("\"id\":{MAX_IN_FLIGHT},")), "{line}");
+        // The cancel passes and gives request 3's place back: the last request follows.
+        assert!(
+            lines
+                .next_line()
+                .await
+                .unwrap()
+                .unwrap()
+                .contains("cancelled")
+        );
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert!(line.contains("\"id\":1000,"), "{line}");
+    }
+
     /// Lines within the bounds pass as they are; one over them becomes a refusal with its
     /// id, and one without an id is dropped; the lines after are read as usual.
     #[tokio::test]
@@ -286,7 +485,7 @@ mod tests {
         }
         input.extend_from_slice(b"{\"unfinished\":");
         let mut out = String::new();
-        filtered(std::io::Cursor::new(input))
+        filtered(std::io::Cursor::new(input), InFlight::new())
             .read_to_string(&mut out)
             .await
             .unwrap();
