@@ -99,13 +99,17 @@ impl AnswerBytes {
     }
 }
 
+/// The code of [`pool_full`]'s error: the gateway's own refusal, not the provider's, so
+/// its 503 reaches the client as it is.
+pub const ANSWERS_IN_FLIGHT_CODE: &str = "answers_in_flight";
+
 /// A failure to take an answer's place: the gateway's own 503, with a retry soon.
 fn pool_full(message: String) -> ModelError {
     ModelError {
         message,
         status: Some(503),
         kind: Some("server_error".into()),
-        code: Some("answers_in_flight".into()),
+        code: Some(ANSWERS_IN_FLIGHT_CODE.into()),
         retry_after: Some("1".into()),
     }
 }

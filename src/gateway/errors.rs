@@ -98,7 +98,12 @@ impl ApiError {
                 let status = m
                     .status
                     .and_then(|s| StatusCode::from_u16(s).ok())
-                    .filter(StatusCode::is_client_error)
+                    // A provider's 5xx is this gateway's 502 (its upstream failed); the
+                    // gateway's own refusal keeps its 503.
+                    .filter(|s| {
+                        s.is_client_error()
+                            || m.code.as_deref() == Some(super::client::ANSWERS_IN_FLIGHT_CODE)
+                    })
                     .unwrap_or(StatusCode::BAD_GATEWAY);
                 let fallback = if status.is_client_error() {
                     "invalid_request_error"
@@ -177,6 +182,17 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_GATEWAY);
         assert_eq!(e.kind, "server_error");
         assert_eq!(e.code.as_deref(), Some("provider-error"));
+
+        // The gateway's own refusal (its answers pool full) keeps its 503 and Retry-After.
+        let full = TurnError::Provider(ModelError {
+            status: Some(503),
+            code: Some(crate::gateway::client::ANSWERS_IN_FLIGHT_CODE.into()),
+            retry_after: Some("1".into()),
+            ..ModelError::from("full".to_string())
+        });
+        let e = ApiError::of_turn(&full);
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.into_response().headers()[header::RETRY_AFTER], "1");
 
         let e = ApiError::of_turn(&TurnError::RoundLimit(4));
         assert_eq!(

@@ -146,14 +146,20 @@ impl Guard {
 
 /// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
 fn is_loopback_authority(authority: &str) -> bool {
+    // A port is digits, or nothing: `127.0.0.1:1@evil.example` is no loopback authority
+    // (a proxy in front may read its host as `evil.example`).
+    let port_ok = |port: &str| port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
     let host = match authority.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
-            Some((ip, port)) if port.is_empty() || port.starts_with(':') => ip,
+            Some((ip, "")) => ip,
+            Some((ip, port)) if port.strip_prefix(':').is_some_and(port_ok) => ip,
             _ => return false,
         },
-        None => authority
-            .rsplit_once(':')
-            .map_or(authority, |(host, _)| host),
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) if port_ok(port) => host,
+            Some(_) => return false,
+            None => authority,
+        },
     };
     host.eq_ignore_ascii_case("localhost")
         || host
@@ -210,6 +216,18 @@ mod tests {
             assert_eq!(e.status, StatusCode::FORBIDDEN, "{host}");
         }
         assert!(g.check(&Method::GET, &HeaderMap::new()).is_err());
+        for host in [
+            "127.0.0.1:1@evil.example",
+            "localhost:80x",
+            "[::1]:x",
+            "[::1]x",
+            "127.0.0.1:123456",
+        ] {
+            assert!(
+                g.check(&Method::GET, &headers(&[("host", host)])).is_err(),
+                "{host}"
+            );
+        }
         // A second Host, or a target naming another host, is refused whatever the first says.
         let mut two = headers(&[("host", "localhost")]);
         two.append(header::HOST, "evil.example".parse().unwrap());
