@@ -475,7 +475,12 @@ impl Agent {
                 return Ok(self.finish(answer, Stop::Answered, round, calls, messages, usage));
             }
             let outcomes = self
-                .run_batch(&reply.tool_calls, &format!("turn{turn}-r{round}"), &abort)
+                .run_batch(
+                    &reply.tool_calls,
+                    &format!("turn{turn}-r{round}"),
+                    &abort,
+                    MAX_CONVERSATION_BYTES.saturating_sub(conversation_bytes(&messages)),
+                )
                 .await;
             let all_terminate = outcomes.iter().all(|o| o.terminate);
             let stop_after = outcomes.iter().any(|o| o.stop_after_batch);
@@ -574,12 +579,22 @@ impl Agent {
     }
 
     /// Runs one batch: in parallel, unless any tool in it is sequential.
+    /// Runs one batch. Its results may add at most `room` bytes to the conversation: once
+    /// they have, the calls still waiting never run and those running are cancelled, and
+    /// the turn fails at the conversation's bound. Checked only before each round, a
+    /// batch of 64 calls each returning 1 MB grew a turn to 68 MB first, and 64 such
+    /// turns waited their turns at the host's run slots for 614 s, holding 2.7 GB (front
+    /// round 8).
     async fn run_batch(
         self: &Arc<Self>,
         calls: &[ToolCall],
         batch_id: &str,
         abort: &CancellationToken,
+        room: usize,
     ) -> Vec<Outcome> {
+        let over = abort.child_token();
+        let abort = &over;
+        let mut added = 0usize;
         let routes: Vec<Route> = calls.iter().map(|c| self.route(&c.name)).collect();
         let sequential = routes.iter().any(|r| {
             matches!(
@@ -593,10 +608,14 @@ impl Agent {
         if sequential {
             let mut out = Vec::with_capacity(calls.len());
             for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
-                out.push(
-                    self.run_in_slot(c, route, &format!("{batch_id}-{i}"), abort.clone(), None)
-                        .await,
-                );
+                let o = self
+                    .run_in_slot(c, route, &format!("{batch_id}-{i}"), abort.clone(), None)
+                    .await;
+                added += o.text.len();
+                if added > room {
+                    over.cancel();
+                }
+                out.push(o);
             }
             return out;
         }
@@ -620,6 +639,10 @@ impl Agent {
         let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
         while let Some(done) = set.join_next().await {
             if let Ok((i, o)) = done {
+                added += o.text.len();
+                if added > room {
+                    over.cancel();
+                }
                 out[i] = Some(o);
             }
         }

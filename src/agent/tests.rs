@@ -665,6 +665,24 @@ async fn calls_the_client_ruled_out_are_dropped_before_they_run() {
     }
 }
 
+/// A batch whose results would grow the conversation past its bound stops there: the
+/// calls still waiting never run, and the turn fails at once (it ran the whole batch,
+/// then failed at the next round).
+#[tokio::test]
+async fn a_batch_stops_once_its_results_fill_the_conversation() {
+    let (a, _) = agent(Mode::Direct);
+    let title = "t".repeat(200 * 1024);
+    let list: Vec<(&str, Value)> = (0..64)
+        .map(|_| ("create_issue", json!({"title": title})))
+        .collect();
+    let e = turn(&a, &Script::new(vec![calls(&list)]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("conversation grew"), "{e}");
+    let ran = a.dispatcher.counters().executed_count;
+    assert!(ran < 64, "{ran} of 64 calls ran past the bound");
+}
+
 #[tokio::test]
 async fn a_conversation_grown_past_the_bound_fails_the_turn() {
     let (a, _) = agent(Mode::Direct);
