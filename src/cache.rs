@@ -109,7 +109,7 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
                 other => other,
             }
             .map_err(|e| format!("{}: {e}", shown.display()))?;
-            if meta.st_uid != 0 && meta.st_uid != walk.me {
+            if !ours_or_root(meta.st_uid) {
                 return Err(format!(
                     "{} is owned by another user; nothing is cached under it",
                     shown.display()
@@ -161,6 +161,18 @@ pub fn removable(path: &Path) -> bool {
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with(UNTRUSTED_PREFIX));
     !aside && fs::symlink_metadata(path).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+}
+
+/// Whether `uid` is root or this user: the owners whose files and folders may be believed.
+pub fn ours_or_root(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
+/// Whether a folder of `mode` lets others change what is in it: writable by group or
+/// others, and not sticky (in a sticky folder, as `/tmp`, others cannot replace what is
+/// not theirs).
+pub fn open_to_others(mode: u32) -> bool {
+    mode & 0o022 != 0 && mode & 0o1000 == 0
 }
 
 /// At most this many links on one path, as the kernel's own limit (`ELOOP`).
@@ -232,7 +244,7 @@ impl Walk {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("{} changed while it was checked: {e}", shown.display()))?;
+        .map_err(|e| format!("{}: {e}", shown.display()))?;
         self.held.push(Held {
             fd,
             name,
@@ -249,13 +261,13 @@ impl Walk {
         }
         let shown = self.path();
         let st = at::fstat(&self.top().fd).map_err(|e| format!("{}: {e}", shown.display()))?;
-        if st.st_uid != 0 && st.st_uid != self.me {
+        if !ours_or_root(st.st_uid) {
             return Err(format!(
                 "{} is owned by another user; nothing is cached under it",
                 shown.display()
             ));
         }
-        if st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0 {
+        if open_to_others(st.st_mode) {
             return Err(format!(
                 "{} is writable by others; nothing is cached under it",
                 shown.display()

@@ -816,8 +816,7 @@ impl Config {
             file: path.clone(),
             message,
         };
-        let me = nix::unistd::geteuid().as_raw();
-        let ours = |m: &std::fs::Metadata| m.uid() == 0 || m.uid() == me;
+        let ours = |m: &std::fs::Metadata| crate::cache::ours_or_root(m.uid());
         let refuse = |why: &str| {
             bad(format!(
                 "{why}: not loaded, as a config found in the working folder names programs \
@@ -826,7 +825,7 @@ impl Config {
             ))
         };
         let folder = std::fs::metadata(dir).map_err(|e| bad(format!("its folder: {e}")))?;
-        if !ours(&folder) || (folder.mode() & 0o022 != 0 && folder.mode() & 0o1000 == 0) {
+        if !ours(&folder) || crate::cache::open_to_others(folder.mode()) {
             return Err(refuse(
                 "its folder belongs to another user or others can write it",
             ));

@@ -128,24 +128,23 @@ pub async fn respond<E: Encoder>(
         if let Some(first) = st.first.take() {
             return Some((Ok::<_, Infallible>(Bytes::from(concat(first))), st));
         }
-        if let Some(later) = st.end.pop_front() {
-            let frame = later(&mut st.encoder);
-            return Some((Ok(frame), st));
-        }
-        let running = st.running.as_mut()?;
-        match st.text.recv().await {
-            Some(delta) => {
-                let frames = st.encoder.text(&delta);
-                Some((Ok(Bytes::from(concat(frames))), st))
-            }
-            None => {
-                let result = settled((&mut running.turn).await);
-                // The guard goes with it: the turn is over.
-                st.running = None;
-                st.finish(result);
-                let later = st.end.pop_front()?;
+        loop {
+            if let Some(later) = st.end.pop_front() {
                 let frame = later(&mut st.encoder);
-                Some((Ok(frame), st))
+                return Some((Ok(frame), st));
+            }
+            let running = st.running.as_mut()?;
+            match st.text.recv().await {
+                Some(delta) => {
+                    let frames = st.encoder.text(&delta);
+                    return Some((Ok(Bytes::from(concat(frames))), st));
+                }
+                None => {
+                    let result = settled((&mut running.turn).await);
+                    // The guard goes with it: the turn is over.
+                    st.running = None;
+                    st.finish(result);
+                }
             }
         }
     });

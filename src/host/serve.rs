@@ -239,19 +239,30 @@ impl AsyncRead for Shared {
     }
 }
 
+impl Shared {
+    /// `write` once the socket can take it, as the stream's own writes wait.
+    fn written(
+        &self,
+        cx: &mut Context<'_>,
+        write: impl Fn(&tokio::net::TcpStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match write(&self.0) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+}
+
 impl AsyncWrite for Shared {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                done => return Poll::Ready(done),
-            }
-        }
+        self.written(cx, |s| s.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -259,13 +270,7 @@ impl AsyncWrite for Shared {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write_vectored(bufs) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                done => return Poll::Ready(done),
-            }
-        }
+        self.written(cx, |s| s.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -111,7 +111,7 @@ impl SessionLog {
     pub fn open(state_dir: &Path, session: &str) -> Result<Self> {
         let dir = sessions_dir(state_dir)?;
         let path = dir.join(session_file_name(session));
-        let file = append_to(&path).map_err(|e| {
+        let file = crate::cache::open_append(&path).map_err(|e| {
             Error::Usage(format!(
                 "cannot open the session log {}: {e}",
                 path.display()
@@ -198,7 +198,7 @@ impl SessionLog {
         if file.is_none()
             && let Some(path) = &self.path
         {
-            match append_to(path) {
+            match crate::cache::open_append(path) {
                 Ok(f) => *file = Some(f),
                 Err(e) => tracing::error!("session log {}: cannot open: {e}", path.display()),
             }
@@ -270,10 +270,6 @@ fn sessions_dir(state_dir: &Path) -> Result<PathBuf> {
             "cannot use the state directory for session logs: {e}"
         ))
     })
-}
-
-fn append_to(path: &Path) -> std::io::Result<File> {
-    crate::cache::open_append(path)
 }
 
 fn now_ms() -> u64 {
