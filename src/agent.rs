@@ -42,9 +42,10 @@ use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
 
 mod model;
+pub mod results;
 pub use model::{
-    Held, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture, ROUND_SEPARATOR,
-    TextStream,
+    Held, LettingGo, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
+    ROUND_SEPARATOR, TextStream,
 };
 
 /// Calls of one batch that run at once (as many as one sandbox run may have in flight).
@@ -218,6 +219,8 @@ pub struct Agent {
     client_passthrough: bool,
     /// Calls the whole host may run at once, shared by its agents.
     host_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// The tool results its turns hold past their own share ([`results`]).
+    results: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// The result of one tool call, as the model will read it.
@@ -295,6 +298,7 @@ impl Agent {
             client_passthrough: false,
             spares: None,
             host_slots: None,
+            results: None,
         }
     }
 
@@ -310,6 +314,13 @@ impl Agent {
     /// most as many calls at once as it has slots.
     pub fn with_call_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
         self.host_slots = Some(slots);
+        self
+    }
+
+    /// Counts its turns' tool results past their own share in `pool` ([`results::pool`]),
+    /// shared by the host's agents.
+    pub fn with_results_pool(mut self, pool: Arc<tokio::sync::Semaphore>) -> Self {
+        self.results = Some(pool);
         self
     }
 
@@ -418,6 +429,7 @@ impl Agent {
             Arc::new(o)
         };
         let (first, later) = (for_round(1), for_round(2));
+        let mut kept = results::ResultBytes::new(self.results.clone());
         let text_out = options.text;
         let mut answer = String::new();
         let mut usage: Option<Usage> = None;
@@ -480,6 +492,7 @@ impl Agent {
                     &format!("turn{turn}-r{round}"),
                     &abort,
                     MAX_CONVERSATION_BYTES.saturating_sub(conversation_bytes(&messages)),
+                    &mut kept,
                 )
                 .await;
             let all_terminate = outcomes.iter().all(|o| o.terminate);
@@ -578,23 +591,36 @@ impl Agent {
         }
     }
 
-    /// Runs one batch: in parallel, unless any tool in it is sequential.
-    /// Runs one batch. Its results may add at most `room` bytes to the conversation: once
-    /// they have, the calls still waiting never run and those running are cancelled, and
-    /// the turn fails at the conversation's bound. Checked only before each round, a
-    /// batch of 64 calls each returning 1 MB grew a turn to 68 MB first, and 64 such
-    /// turns waited their turns at the host's run slots for 614 s, holding 2.7 GB (front
-    /// round 8).
+    /// Runs one batch: in parallel, unless any tool in it is sequential. Its results may
+    /// add at most `room` bytes to the conversation: once they have, the calls still
+    /// waiting never run and those running are cancelled, and the turn fails at the
+    /// conversation's bound. Checked only before each round, a batch of 64 calls each
+    /// returning 1 MB grew a turn to 68 MB first, and 64 such turns waited their turns at
+    /// the host's run slots for 614 s, holding 2.7 GB (front round 8). Each result takes
+    /// its place in `kept` as it arrives, or is not kept.
     async fn run_batch(
         self: &Arc<Self>,
         calls: &[ToolCall],
         batch_id: &str,
         abort: &CancellationToken,
         room: usize,
+        kept: &mut results::ResultBytes,
     ) -> Vec<Outcome> {
         let over = abort.child_token();
         let abort = &over;
         let mut added = 0usize;
+        let mut arrived = |mut o: Outcome| {
+            if !o.client && !kept.keep(o.text.len()) {
+                let tool_id = o.tool_id.take();
+                o = Outcome::error(results::ResultBytes::refusal(o.text.len()));
+                o.tool_id = tool_id;
+            }
+            added += o.text.len();
+            if added > room {
+                over.cancel();
+            }
+            o
+        };
         let routes: Vec<Route> = calls.iter().map(|c| self.route(&c.name)).collect();
         let sequential = routes.iter().any(|r| {
             matches!(
@@ -611,11 +637,7 @@ impl Agent {
                 let o = self
                     .run_in_slot(c, route, &format!("{batch_id}-{i}"), abort.clone(), None)
                     .await;
-                added += o.text.len();
-                if added > room {
-                    over.cancel();
-                }
-                out.push(o);
+                out.push(arrived(o));
             }
             return out;
         }
@@ -639,11 +661,7 @@ impl Agent {
         let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
         while let Some(done) = set.join_next().await {
             if let Ok((i, o)) = done {
-                added += o.text.len();
-                if added > room {
-                    over.cancel();
-                }
-                out[i] = Some(o);
+                out[i] = Some(arrived(o));
             }
         }
         out.into_iter()

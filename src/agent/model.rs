@@ -55,6 +55,74 @@ impl Held {
     pub fn add(&mut self, other: Held) {
         self.0.extend(other.0);
     }
+
+    /// These places let go in step with `bytes` bytes as they are sent
+    /// ([`LettingGo::sent`]): a response read slowly holds what its client has not read
+    /// yet, not the whole answer to its last byte. Places another copy of this holds too
+    /// stay held until the end.
+    pub fn let_go_over(self, bytes: usize) -> LettingGo {
+        let mut owned = Vec::new();
+        let mut shared = Vec::new();
+        for p in self.0 {
+            match Arc::try_unwrap(p) {
+                Ok(p) => owned.push(p),
+                Err(p) => shared.push(p),
+            }
+        }
+        let places = owned.iter().map(|p| p.num_permits()).sum();
+        LettingGo {
+            owned,
+            _shared: Held(shared),
+            places,
+            bytes,
+            sent: 0,
+            gone: 0,
+        }
+    }
+}
+
+/// Places let go as the bytes they stand for are sent: see [`Held::let_go_over`].
+#[derive(Debug)]
+pub struct LettingGo {
+    owned: Vec<tokio::sync::OwnedSemaphorePermit>,
+    _shared: Held,
+    places: usize,
+    bytes: usize,
+    sent: usize,
+    gone: usize,
+}
+
+impl LettingGo {
+    /// `n` more bytes sent: their share of the places goes.
+    pub fn sent(&mut self, n: usize) {
+        self.sent = (self.sent + n).min(self.bytes);
+        let due = if self.sent >= self.bytes {
+            self.places
+        } else {
+            // u128: places (KiB, up to 2^32) times bytes would overflow 64 bits.
+            (self.places as u128 * self.sent as u128 / self.bytes.max(1) as u128) as usize
+        };
+        let mut go = due.saturating_sub(self.gone);
+        self.gone = self.gone.max(due);
+        while go > 0 {
+            let Some(last) = self.owned.last_mut() else {
+                return;
+            };
+            let have = last.num_permits();
+            if have <= go {
+                go -= have;
+                self.owned.pop();
+            } else {
+                drop(last.split(go));
+                go = 0;
+            }
+        }
+    }
+
+    /// Places still held.
+    pub fn held(&self) -> usize {
+        self.owned.iter().map(|p| p.num_permits()).sum()
+    }
 }
 
 impl PartialEq for Held {

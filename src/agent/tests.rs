@@ -683,6 +683,38 @@ async fn a_batch_stops_once_its_results_fill_the_conversation() {
     assert!(ran < 64, "{ran} of 64 calls ran past the bound");
 }
 
+/// Past its own share, a turn's results take places in the host's pool as they arrive;
+/// one that finds no room is not kept (the model reads why), and the turn's places go when
+/// it ends.
+#[tokio::test]
+async fn results_past_a_turns_share_take_places_in_the_hosts_pool() {
+    let pool = Arc::new(tokio::sync::Semaphore::new(256));
+    let (a, _) = agent_made(Mode::Direct, Err("no".into()), |a| {
+        a.with_results_pool(Arc::clone(&pool))
+    });
+    let title = "t".repeat(200 * 1024);
+    let list: Vec<(&str, Value)> = (0..24)
+        .map(|_| ("create_issue", json!({"title": title})))
+        .collect();
+    let o = turn(&a, &Script::new(vec![calls(&list)])).await.unwrap();
+    let results = tool_messages(&o);
+    assert_eq!(results.len(), 24);
+    let refused = results
+        .iter()
+        .filter(|(_, content, is_error)| *is_error && content.contains("was not kept"))
+        .count();
+    // Each result is cut at the tool's bound; 1 MiB of its own and 256 KiB of the pool
+    // hold as many as fit, the rest are refused.
+    let each = results[0].1.len();
+    let fit = (0..=24usize)
+        .take_while(|n| (n * each).saturating_sub(1 << 20).div_ceil(1024) <= 256)
+        .last()
+        .unwrap();
+    assert!(fit > 16 && fit < 24, "{fit} of {each} bytes");
+    assert_eq!(refused, 24 - fit, "{each} bytes each");
+    assert_eq!(pool.available_permits(), 256);
+}
+
 #[tokio::test]
 async fn a_conversation_grown_past_the_bound_fails_the_turn() {
     let (a, _) = agent(Mode::Direct);

@@ -30,10 +30,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 
+use super::answers::{ANSWER_BYTES_IN_FLIGHT, ANSWER_WAIT, AnswerBytes, AnswerPool, NoRoom};
 use super::json::Budget;
 use super::redact::{Redactor, shown_url};
 use crate::agent::{
-    Held, Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
+    Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
@@ -44,69 +45,17 @@ use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payl
 /// The largest answer read from a provider, whole or streamed.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
-/// The provider's answers being read or held at once, over every turn of this client (a
-/// gateway's): each answer's bytes take their place as they arrive, and keep it until what
-/// was made of them is sent ([`ModelReply::held`]). An answer may be 32 MiB and becomes a
-/// few copies of itself (text, parsed, the client's response): 100 clients asking for a
-/// turn whose provider answered 30 MB, and reading nothing, held 3.5 GB, and 96 model lists
-/// of 32 MB 5.66 GB (front round 7). An answer that finds the pool full fails with 503.
-pub const ANSWER_BYTES_IN_FLIGHT: usize = 256 * 1024 * 1024;
-
 /// The largest model list read: a real one is a few kilobytes to a megabyte.
 pub const MAX_MODEL_LIST_BYTES: usize = 8 * 1024 * 1024;
-
-/// An answer's bytes' places in [`ANSWER_BYTES_IN_FLIGHT`], taken as they arrive.
-struct AnswerBytes {
-    pool: std::sync::Arc<tokio::sync::Semaphore>,
-    bytes: usize,
-    held: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-impl AnswerBytes {
-    fn new(pool: &std::sync::Arc<tokio::sync::Semaphore>) -> Self {
-        AnswerBytes {
-            pool: std::sync::Arc::clone(pool),
-            bytes: 0,
-            held: None,
-        }
-    }
-
-    /// `n` more bytes (in KiB places); an error once the pool has no room for them.
-    fn take(&mut self, n: usize) -> Result<(), String> {
-        self.bytes += n;
-        let want = self.bytes.div_ceil(1024) as u32;
-        let have = self.held.as_ref().map_or(0, |p| p.num_permits() as u32);
-        if want <= have {
-            return Ok(());
-        }
-        let more = std::sync::Arc::clone(&self.pool)
-            .try_acquire_many_owned(want - have)
-            .map_err(|_| {
-                format!(
-                    "the provider's answers in flight take {} MiB, the most this gateway holds at once; retry shortly",
-                    ANSWER_BYTES_IN_FLIGHT >> 20
-                )
-            })?;
-        match &mut self.held {
-            Some(p) => p.merge(more),
-            None => self.held = Some(more),
-        }
-        Ok(())
-    }
-
-    fn into_held(self) -> Held {
-        self.held.map(Held::new).unwrap_or_default()
-    }
-}
 
 /// The code of [`pool_full`]'s error: the gateway's own refusal, not the provider's, so
 /// its 503 reaches the client as it is.
 pub const ANSWERS_IN_FLIGHT_CODE: &str = "answers_in_flight";
 
 /// A failure to take an answer's place: the gateway's own 503, with a retry soon.
-fn pool_full(message: String) -> ModelError {
+fn pool_full(why: NoRoom) -> ModelError {
     ModelError {
-        message,
+        message: why.message(),
         status: Some(503),
         kind: Some("server_error".into()),
         code: Some(ANSWERS_IN_FLIGHT_CODE.into()),
@@ -131,8 +80,8 @@ pub struct HttpModel {
     http: reqwest::Client,
     /// Takes the key and the URL's secrets out of every error.
     redactor: Redactor,
-    /// [`ANSWER_BYTES_IN_FLIGHT`], in KiB.
-    answers: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Where its answers' bytes take their places ([`super::answers`]).
+    answers: std::sync::Arc<AnswerPool>,
 }
 
 impl HttpModel {
@@ -174,9 +123,7 @@ impl HttpModel {
             retries: config.max_retries,
             http,
             redactor,
-            answers: std::sync::Arc::new(tokio::sync::Semaphore::new(
-                ANSWER_BYTES_IN_FLIGHT / 1024,
-            )),
+            answers: AnswerPool::new(ANSWER_BYTES_IN_FLIGHT, ANSWER_WAIT),
         })
     }
 
@@ -374,10 +321,11 @@ impl HttpModel {
         // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature. Bytes
         // are counted as they arrive, before the SSE parser buffers any: a line that
         // never ends is cut off at the bound like any other answer.
-        let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let taken = std::sync::Arc::new(parking_lot::Mutex::new(std::mem::replace(
+        // The places are the unfold's while the stream is read, and come back at its end.
+        let full = std::sync::Arc::new(parking_lot::Mutex::new(None::<NoRoom>));
+        let taken = std::sync::Arc::new(tokio::sync::Mutex::new(std::mem::replace(
             bytes,
-            AnswerBytes::new(&self.answers),
+            self.answers.answer(),
         )));
         let (full_in, taken_in) = (std::sync::Arc::clone(&full), std::sync::Arc::clone(&taken));
         let chunks = futures::stream::try_unfold((response, 0usize), move |(mut r, read)| {
@@ -386,10 +334,14 @@ impl HttpModel {
                 std::sync::Arc::clone(&taken_in),
             );
             async move {
-                let Some(chunk) = r
-                    .chunk()
-                    .await
-                    .map_err(|e| std::io::Error::other(without_url(&e)))?
+                let mut taken = taken.lock().await;
+                let Some(chunk) = next_chunk(&mut r, &taken).await.map_err(|e| match e {
+                    ReadError::Io(e) => std::io::Error::other(e),
+                    ReadError::Full(why) => {
+                        *full.lock() = Some(why.clone());
+                        std::io::Error::other(why.message())
+                    }
+                })?
                 else {
                     return Ok(None);
                 };
@@ -399,9 +351,9 @@ impl HttpModel {
                         "the stream is larger than {MAX_ANSWER_BYTES} bytes"
                     )));
                 }
-                if let Err(e) = taken.lock().take(chunk.len()) {
-                    full.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return Err(std::io::Error::other(e));
+                if let Err(why) = taken.take(chunk.len()).await {
+                    *full.lock() = Some(why.clone());
+                    return Err(std::io::Error::other(why.message()));
                 }
                 Ok(Some((chunk, (r, read))))
             }
@@ -424,8 +376,8 @@ impl HttpModel {
             let event = match event {
                 Ok(e) => e,
                 Err(sse_stream::Error::Body(e)) => {
-                    if full.load(std::sync::atomic::Ordering::Relaxed) {
-                        return Err(pool_full(e.to_string()));
+                    if let Some(why) = full.lock().take() {
+                        return Err(pool_full(why));
                     }
                     return Err(ModelError::from(format!(
                         "{name}: reading the stream failed: {e}"
@@ -450,7 +402,7 @@ impl HttpModel {
         if !any {
             return Err(self.garbage("no server-sent events"));
         }
-        std::mem::swap(bytes, &mut taken.lock());
+        std::mem::swap(bytes, &mut *taken.lock().await);
         let calls = assembler.finish().map_err(|e| self.garbage(e))?;
         let (text, late) = text.finish();
         if let (Some(late), Some(out)) = (late, &request.text) {
@@ -487,7 +439,7 @@ impl HttpModel {
             return Err(self.error_of(response, &shown).await);
         }
         // Held while it is read and parsed; the list answered is a small copy.
-        let mut bytes = AnswerBytes::new(&self.answers);
+        let mut bytes = self.answers.answer();
         let text = match read_bounded(response, MAX_MODEL_LIST_BYTES, Some(&mut bytes)).await {
             Ok(text) => text,
             Err(ReadError::Full(e)) => return Err(pool_full(e)),
@@ -523,7 +475,7 @@ impl HttpModel {
             let body = self.body(request);
             let response = self.send(&body).await?;
             let streamed = self.streams(request);
-            let mut bytes = AnswerBytes::new(&self.answers);
+            let mut bytes = self.answers.answer();
             let answer = if streamed {
                 self.read_stream(response, request, &mut bytes).await?
             } else {
@@ -619,18 +571,22 @@ async fn read_bounded(
     mut pool: Option<&mut AnswerBytes>,
 ) -> Result<String, ReadError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| ReadError::Io(without_url(&e)))?
-    {
+    loop {
+        let chunk = match pool.as_deref() {
+            Some(pool) => next_chunk(&mut response, pool).await?,
+            None => response
+                .chunk()
+                .await
+                .map_err(|e| ReadError::Io(without_url(&e)))?,
+        };
+        let Some(chunk) = chunk else { break };
         if body.len() + chunk.len() > max {
             return Err(ReadError::Io(format!(
                 "the answer is larger than {max} bytes"
             )));
         }
         if let Some(pool) = pool.as_deref_mut() {
-            pool.take(chunk.len()).map_err(ReadError::Full)?;
+            pool.take(chunk.len()).await.map_err(ReadError::Full)?;
         }
         body.extend_from_slice(&chunk);
     }
@@ -642,8 +598,21 @@ async fn read_bounded(
 /// Why a body was not read.
 enum ReadError {
     Io(String),
-    /// [`ANSWER_BYTES_IN_FLIGHT`] had no room.
-    Full(String),
+    /// The answers' pool had no room ([`super::answers`]).
+    Full(NoRoom),
+}
+
+/// The provider's next bytes, unless the answer is ended to make room first: an ended
+/// answer lets its places go now, not when its provider next writes.
+async fn next_chunk(
+    response: &mut reqwest::Response,
+    bytes: &AnswerBytes,
+) -> Result<Option<bytes::Bytes>, ReadError> {
+    let ended = bytes.ended();
+    tokio::select! {
+        chunk = response.chunk() => chunk.map_err(|e| ReadError::Io(without_url(&e))),
+        _ = ended.cancelled() => Err(ReadError::Full(NoRoom::Ended)),
+    }
 }
 
 /// `{base}/{path}`, a query the base carries kept at the end (some providers take their
@@ -764,23 +733,21 @@ mod tests {
                 ..ProviderConfig::default()
             })
             .unwrap();
-            let all = model.answers.available_permits();
+            let all = model.answers.free_kib();
             let reply = model.respond(&ask(stream)).await.unwrap();
             assert_eq!(reply.text.len(), 3 << 20);
-            let taken = all - model.answers.available_permits();
+            let taken = all - model.answers.free_kib();
             assert!((3 << 10..4 << 10).contains(&taken), "{taken} KiB");
             let kept = reply.held.clone();
             drop(reply);
-            assert_eq!(
-                all - model.answers.available_permits(),
-                taken,
-                "a copy keeps them"
-            );
+            assert_eq!(all - model.answers.free_kib(), taken, "a copy keeps them");
             drop(kept);
-            assert_eq!(model.answers.available_permits(), all);
+            assert_eq!(model.answers.free_kib(), all);
 
-            // Room for two answers: the third fails at once with 503 and a retry soon.
-            model.answers.forget_permits(all - (7 << 10));
+            // Room for two answers held: the third waits in line, then fails with 503 and a
+            // retry soon.
+            let mut model = model;
+            model.answers = AnswerPool::new(7 << 20, Duration::from_millis(200));
             let (a, b) = (
                 model.respond(&ask(stream)).await.unwrap(),
                 model.respond(&ask(stream)).await.unwrap(),
@@ -791,6 +758,20 @@ mod tests {
             assert!(e.message.contains("answers in flight"), "{}", e.message);
             drop((a, b));
             model.respond(&ask(stream)).await.unwrap();
+
+            // One that waits in line gets the room an answer lets go once it is sent.
+            model.answers = AnswerPool::new(7 << 20, Duration::from_secs(60));
+            let (a, b) = (
+                model.respond(&ask(stream)).await.unwrap(),
+                model.respond(&ask(stream)).await.unwrap(),
+            );
+            let asking = ask(stream);
+            let (third, ()) = tokio::join!(model.respond(&asking), async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                drop(a);
+            });
+            assert_eq!(third.unwrap().text.len(), 3 << 20);
+            drop(b);
         }
     }
 

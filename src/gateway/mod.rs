@@ -4,6 +4,7 @@
 //! `previous_response_id` ([`store`]); [`client`], the HTTP client of that provider; and
 //! [`mock`], a scripted provider for QA and tests.
 
+pub mod answers;
 mod chat;
 pub mod client;
 pub mod errors;

@@ -92,6 +92,8 @@ pub struct Gateway {
     pub(super) sessions: Sessions,
     /// [`MAX_CALLS_AT_ONCE`] slots, taken by every tool call of every turn.
     pub(super) call_slots: Arc<tokio::sync::Semaphore>,
+    /// The tool results of every turn past their own share ([`crate::agent::results`]).
+    pub(super) results: Arc<tokio::sync::Semaphore>,
     /// [`MAX_TURNS_AT_ONCE`] places, taken by [`Gateway::admit`].
     turns: Arc<tokio::sync::Semaphore>,
     /// [`MAX_RETRIEVALS_AT_ONCE`] places, taken by [`Gateway::admit_retrieval`].
@@ -130,6 +132,7 @@ impl Gateway {
             store,
             sessions,
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
+            results: crate::agent::results::pool(),
             turns: Arc::new(tokio::sync::Semaphore::new(MAX_TURNS_AT_ONCE)),
             retrievals: Arc::new(tokio::sync::Semaphore::new(MAX_RETRIEVALS_AT_ONCE)),
             continued: Arc::new(tokio::sync::Semaphore::new(MAX_CONTINUED_BYTES / 1024)),

@@ -60,25 +60,95 @@ pub fn event(name: Option<&str>, data: &Value) -> Bytes {
     Bytes::from(frame)
 }
 
-/// `body` as a JSON answer that keeps `held` (the provider answers' places it was made
-/// from) until its last byte is sent, or its client gone: a client that does not read
-/// holds its places, not more than them.
+/// Bytes of a JSON answer sent as one piece: each piece is its own allocation, freed
+/// once sent, and lets its share of the places go.
+const JSON_PIECE_BYTES: usize = 256 * 1024;
+
+/// `body` as a JSON answer that holds `held` (the provider answers' places it was made
+/// from) for what its client has not read yet: the places go in step with the pieces sent,
+/// and the memory with them. Held to the last byte, a client reading a 33 MB answer at
+/// 190 KB/s, and asking again when done, kept the pool full for as long as it liked
+/// (front round 8 F2).
 pub fn json_holding(body: &Value, held: Held) -> Response {
-    struct Holding {
-        bytes: Vec<u8>,
-        _held: Held,
-    }
-    impl AsRef<[u8]> for Holding {
-        fn as_ref(&self) -> &[u8] {
-            &self.bytes
-        }
-    }
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut pieces = Pieces(VecDeque::new());
+    // Writing to memory fails only for a value serde cannot write; a `Value` always can.
+    let _ = serde_json::to_writer(&mut pieces, body);
+    let bytes: usize = pieces.0.iter().map(Vec::len).sum();
+    let body = PiecesBody {
+        pieces: pieces.0,
+        left: bytes as u64,
+        last: 0,
+        held: held.let_go_over(bytes),
+    };
     (
         [(header::CONTENT_TYPE, "application/json")],
-        Body::from(Bytes::from_owner(Holding { bytes, _held: held })),
+        Body::new(body),
     )
         .into_response()
+}
+
+/// A JSON text written as pieces of at most [`JSON_PIECE_BYTES`].
+struct Pieces(VecDeque<Vec<u8>>);
+
+impl std::io::Write for Pieces {
+    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len();
+        while !buf.is_empty() {
+            let full = self.0.back().is_none_or(|p| p.len() >= JSON_PIECE_BYTES);
+            if full {
+                self.0
+                    .push_back(Vec::with_capacity(JSON_PIECE_BYTES.min(64 * 1024)));
+            }
+            let Some(piece) = self.0.back_mut() else {
+                break;
+            };
+            let room = JSON_PIECE_BYTES - piece.len();
+            let (now, later) = buf.split_at(room.min(buf.len()));
+            piece.extend_from_slice(now);
+            buf = later;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The pieces as a body of a known length: each piece's places go when the next is asked
+/// for (the one before is then with the connection), the rest when the body is dropped.
+struct PiecesBody {
+    pieces: VecDeque<Vec<u8>>,
+    left: u64,
+    last: usize,
+    held: crate::agent::LettingGo,
+}
+
+impl http_body::Body for PiecesBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let last = std::mem::take(&mut self.last);
+        self.held.sent(last);
+        let Some(piece) = self.pieces.pop_front() else {
+            return std::task::Poll::Ready(None);
+        };
+        self.last = piece.len();
+        self.left -= piece.len() as u64;
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(piece)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
 }
 
 /// The streamed answer of `running`, whose text arrives on `text`.
@@ -201,4 +271,56 @@ fn sse_response(body: Body) -> Response {
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A JSON answer's places go as its pieces are taken, and its length is known ahead.
+    #[tokio::test]
+    async fn a_json_answer_lets_its_places_go_as_it_is_sent() {
+        let pool = std::sync::Arc::new(tokio::sync::Semaphore::new(4096));
+        let permit = std::sync::Arc::clone(&pool)
+            .try_acquire_many_owned(2048)
+            .unwrap();
+        let text = "x".repeat(2 << 20);
+        let response = json_holding(&serde_json::json!({ "text": text }), Held::new(permit));
+        let mut body = response.into_body();
+        let whole = serde_json::to_vec(&serde_json::json!({ "text": text })).unwrap();
+        assert_eq!(
+            http_body::Body::size_hint(&body).exact(),
+            Some(whole.len() as u64)
+        );
+        let mut got = Vec::new();
+        let mut free = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| {
+            http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)
+        })
+        .await
+        {
+            got.extend_from_slice(frame.unwrap().data_ref().unwrap());
+            free.push(pool.available_permits());
+        }
+        assert_eq!(got, whole);
+        // Nine pieces of at most 256 KiB: the places went a piece behind, all at the end.
+        assert!(free.len() >= 8, "{free:?}");
+        assert!(free.windows(2).all(|w| w[0] <= w[1]), "{free:?}");
+        assert!(
+            free[free.len() / 2] > 2048 && free[free.len() / 2] < 4096,
+            "{free:?}"
+        );
+        drop(body);
+        assert_eq!(pool.available_permits(), 4096);
+    }
+
+    #[test]
+    fn pieces_are_bounded_and_whole() {
+        use std::io::Write;
+        let mut p = Pieces(VecDeque::new());
+        p.write_all(&vec![b'a'; JSON_PIECE_BYTES + 10]).unwrap();
+        p.write_all(b"bc").unwrap();
+        let lens: Vec<usize> = p.0.iter().map(Vec::len).collect();
+        assert_eq!(lens, [JSON_PIECE_BYTES, 12]);
+    }
 }

@@ -257,6 +257,7 @@ impl Gateway {
             .with_client_passthrough()
             .with_spares(self.spares())
             .with_call_slots(Arc::clone(&self.call_slots))
+            .with_results_pool(Arc::clone(&self.results))
             .with_turns_before(session.next_turn()),
         );
 
