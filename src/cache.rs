@@ -70,17 +70,7 @@ pub fn folder(name: &str) -> Option<PathBuf> {
 ///   everything in a cache can be rebuilt.
 pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // Steps are the given path's components after `/`; every step a link expands into
-    // keeps the index of the step it replaces, so "the folder this step ends in" is known
-    // however many links it passed through.
-    let mut steps: VecDeque<(OsString, usize)> = VecDeque::new();
-    for (i, c) in dir.components().enumerate() {
-        match c {
-            Component::Normal(n) => steps.push_back((n.to_os_string(), i)),
-            Component::ParentDir => steps.push_back(("..".into(), i)),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
+    let mut steps = steps_of(&dir);
     let Some(&(_, last)) = steps.back() else {
         return Err("the file system's root is not a cache folder".into());
     };
@@ -89,7 +79,6 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
         .map(|r| r.components().count() - 1)
         .unwrap_or(last);
     let mut walk = Walk::start()?;
-    let mut links = 0;
     while let Some((name, index)) = steps.pop_front() {
         walk.check_parent()?;
         if name == ".." {
@@ -116,25 +105,7 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
                 ));
             }
             match FileType::from_raw_mode(meta.st_mode) {
-                FileType::Symlink => {
-                    links += 1;
-                    if links > MAX_LINKS {
-                        return Err(format!("{}: too many links on the way", dir.display()));
-                    }
-                    let target = at::readlinkat(&parent.fd, name.as_os_str(), Vec::new())
-                        .map_err(|e| format!("{}: {e}", shown.display()))?;
-                    let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
-                    if target.is_absolute() {
-                        walk.back_to_root();
-                    }
-                    for c in target.components().rev() {
-                        match c {
-                            Component::Normal(n) => steps.push_front((n.to_os_string(), index)),
-                            Component::ParentDir => steps.push_front(("..".into(), index)),
-                            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-                        }
-                    }
-                }
+                FileType::Symlink => walk.follow(&name, &shown, index, &mut steps)?,
                 FileType::Directory => walk.down(name, &shown)?,
                 _ => return Err(format!("{} is not a directory", shown.display())),
             }
@@ -175,6 +146,125 @@ pub fn open_to_others(mode: u32) -> bool {
     mode & 0o022 != 0 && mode & 0o1000 == 0
 }
 
+/// The steps of an absolute `path` after `/`. Every step a link expands into keeps the
+/// index of the step it replaces, so "the folder this step ends in" is known however many
+/// links it passed through.
+fn steps_of(path: &Path) -> VecDeque<(OsString, usize)> {
+    let mut steps = VecDeque::new();
+    for (i, c) in path.components().enumerate() {
+        match c {
+            Component::Normal(n) => steps.push_back((n.to_os_string(), i)),
+            Component::ParentDir => steps.push_back(("..".into(), i)),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    steps
+}
+
+/// The largest config file read when found in the working folder.
+const MAX_BELIEVED_BYTES: u64 = 1024 * 1024;
+
+/// File systems whose files' owners say nothing of who wrote them: procfs shows a process
+/// that made itself undumpable as root's, its `cmdline` whatever that process wrote (tenth
+/// sandbox review: another user's config, read as root's, ran their program); FUSE shows
+/// whatever owner its server says; the others are the kernel's, never a config.
+const NOT_BELIEVED_FS: &[(i64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0xcafe_4a11, "bpf"),
+    (0x6265_6570, "configfs"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6165_676c, "pstore"),
+    (0x1cd1, "devpts"),
+    (0x6573_5546, "fuse"),
+    (0x6573_5543, "fusectl"),
+];
+
+/// Reads a file that names programs to run (a config found in the working folder), if it
+/// may be believed: walked from `/` through folder handles as [`prepare`] walks (each
+/// link read once and followed the same way), every folder on the way and every link
+/// belonging to root or this user and no folder writable by others unless sticky, and the
+/// file itself a regular one of root's or this user's that no one else may write, on a
+/// file system whose owners mean something ([`NOT_BELIEVED_FS`]), of at most 1 MiB. Checked
+/// only as far as the first link, a link to a file in a folder others could write let them
+/// put anything there.
+pub fn read_believed(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let path = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut steps = steps_of(&path);
+    let mut walk = Walk::start()?;
+    while let Some((name, index)) = steps.pop_front() {
+        walk.check_parent()?;
+        if name == ".." {
+            walk.up();
+            continue;
+        }
+        let parent = walk.top();
+        let shown = walk.shown(&name);
+        let meta = at::statat(&parent.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| format!("{}: {e}", shown.display()))?;
+        if !ours_or_root(meta.st_uid) {
+            return Err(format!("{} is owned by another user", shown.display()));
+        }
+        match FileType::from_raw_mode(meta.st_mode) {
+            FileType::Symlink => walk.follow(&name, &shown, index, &mut steps)?,
+            FileType::Directory if !steps.is_empty() => walk.down(name, &shown)?,
+            FileType::RegularFile if steps.is_empty() => {
+                let fd = at::openat(
+                    &parent.fd,
+                    name.as_os_str(),
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| format!("{}: {e}", shown.display()))?;
+                let st = at::fstat(&fd).map_err(|e| format!("{}: {e}", shown.display()))?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                    return Err(format!("{} is not a regular file", shown.display()));
+                }
+                if !ours_or_root(st.st_uid) || st.st_mode & 0o022 != 0 {
+                    return Err(format!(
+                        "{} belongs to another user or others can write it",
+                        shown.display()
+                    ));
+                }
+                let fs = at::fstatfs(&fd).map_err(|e| format!("{}: {e}", shown.display()))?;
+                if let Some((_, kind)) = NOT_BELIEVED_FS
+                    .iter()
+                    .find(|(magic, _)| *magic == fs.f_type as i64)
+                {
+                    return Err(format!(
+                        "{} is on {kind}, whose owners do not say who wrote a file",
+                        shown.display()
+                    ));
+                }
+                let mut bytes = Vec::new();
+                fs::File::from(fd)
+                    .take(MAX_BELIEVED_BYTES + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| format!("{}: {e}", shown.display()))?;
+                if bytes.len() as u64 > MAX_BELIEVED_BYTES {
+                    return Err(format!(
+                        "{} is over {MAX_BELIEVED_BYTES} bytes",
+                        shown.display()
+                    ));
+                }
+                return Ok(bytes);
+            }
+            FileType::Directory => return Err(format!("{} is a folder", shown.display())),
+            _ if steps.is_empty() => {
+                return Err(format!("{} is not a regular file", shown.display()));
+            }
+            _ => return Err(format!("{} is not a directory", shown.display())),
+        }
+    }
+    Err(format!("{} is not a file", path.display()))
+}
+
 /// At most this many links on one path, as the kernel's own limit (`ELOOP`).
 const MAX_LINKS: usize = 40;
 
@@ -191,6 +281,8 @@ struct Held {
 struct Walk {
     held: Vec<Held>,
     me: u32,
+    /// Links followed so far.
+    links: usize,
 }
 
 impl Walk {
@@ -208,6 +300,7 @@ impl Walk {
                 checked: false,
             }],
             me: nix::unistd::geteuid().as_raw(),
+            links: 0,
         })
     }
 
@@ -232,6 +325,35 @@ impl Walk {
 
     fn back_to_root(&mut self) {
         self.held.truncate(1);
+    }
+
+    /// The link `name` in the top folder: its target's steps go before `steps`, walked from
+    /// `/` when it is absolute, each keeping the `index` of the step it replaces.
+    fn follow(
+        &mut self,
+        name: &OsStr,
+        shown: &Path,
+        index: usize,
+        steps: &mut VecDeque<(OsString, usize)>,
+    ) -> Result<(), String> {
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            return Err(format!("{}: too many links on the way", shown.display()));
+        }
+        let target = at::readlinkat(&self.top().fd, name, Vec::new())
+            .map_err(|e| format!("{}: {e}", shown.display()))?;
+        let target = PathBuf::from(OsString::from_vec(target.into_bytes()));
+        if target.is_absolute() {
+            self.back_to_root();
+        }
+        for c in target.components().rev() {
+            match c {
+                Component::Normal(n) => steps.push_front((n.to_os_string(), index)),
+                Component::ParentDir => steps.push_front(("..".into(), index)),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+        Ok(())
     }
 
     fn down(&mut self, name: OsString, shown: &Path) -> Result<(), String> {
@@ -262,16 +384,10 @@ impl Walk {
         let shown = self.path();
         let st = at::fstat(&self.top().fd).map_err(|e| format!("{}: {e}", shown.display()))?;
         if !ours_or_root(st.st_uid) {
-            return Err(format!(
-                "{} is owned by another user; nothing is cached under it",
-                shown.display()
-            ));
+            return Err(format!("{} is owned by another user", shown.display()));
         }
         if open_to_others(st.st_mode) {
-            return Err(format!(
-                "{} is writable by others; nothing is cached under it",
-                shown.display()
-            ));
+            return Err(format!("{} is writable by others", shown.display()));
         }
         if let Some(top) = self.held.last_mut() {
             top.checked = true;

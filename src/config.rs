@@ -801,55 +801,29 @@ impl Config {
     /// names programs to run (`[sandbox] node`, hooks, MCP servers' commands), and the
     /// folder a command is run in may be anyone's (`/tmp`, a shared checkout), where
     /// another user's file would have run their program as this user (eighth sandbox
-    /// review). So the file (and a link to it) must belong to this user or root and be
-    /// writable by no one else, and so must its folder unless sticky (where others cannot
-    /// replace what is not theirs); else it is an error naming why, not a silent default,
-    /// and `--config` takes it anyway.
+    /// review). So it is read by [`crate::cache::read_believed`]: the file, every link to
+    /// it and every folder on the way from `/` must belong to this user or root, no folder
+    /// writable by others unless sticky (where others cannot replace what is not theirs),
+    /// the file writable by no one else and not on a file system such as procfs whose
+    /// owners mean nothing; else it is an error naming why, not a silent default, and
+    /// `--config` takes it anyway.
     pub fn load_found(dir: &Path) -> Result<Self> {
-        use std::io::Read;
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let path = dir.join(DEFAULT_CONFIG_FILE);
-        let Ok(link) = std::fs::symlink_metadata(&path) else {
+        if std::fs::symlink_metadata(&path).is_err() {
             return Ok(Config::default());
-        };
-        let bad = |message: String| Error::BadConfig {
+        }
+        let bytes = crate::cache::read_believed(&path).map_err(|why| Error::BadConfig {
             file: path.clone(),
-            message,
-        };
-        let ours = |m: &std::fs::Metadata| crate::cache::ours_or_root(m.uid());
-        let refuse = |why: &str| {
-            bad(format!(
+            message: format!(
                 "{why}: not loaded, as a config found in the working folder names programs \
                  to run; pass --config {} to use it anyway",
                 path.display()
-            ))
-        };
-        let folder = std::fs::metadata(dir).map_err(|e| bad(format!("its folder: {e}")))?;
-        if !ours(&folder) || crate::cache::open_to_others(folder.mode()) {
-            return Err(refuse(
-                "its folder belongs to another user or others can write it",
-            ));
-        }
-        if !ours(&link) {
-            return Err(refuse("it belongs to another user"));
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        if !ours(&meta) || meta.mode() & 0o022 != 0 {
-            return Err(refuse("it belongs to another user or others can write it"));
-        }
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
+            ),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| Error::BadConfig {
+            file: path.clone(),
+            message: format!("not UTF-8: {e}"),
+        })?;
         Config::from_toml_str(&text, &path)
     }
 
@@ -1102,18 +1076,44 @@ mod tests {
 
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let err = Config::load_found(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("its folder"), "{err}");
+        assert!(err.contains("writable by others"), "{err}");
         // Sticky, as /tmp: others cannot replace a file of ours there.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         Config::load_found(dir.path()).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        // Behind a link, the whole way to the file is checked: a folder of ours that others
+        // can write, where the file could be replaced by anything (tenth sandbox review)...
+        let shared = tempfile::tempdir().unwrap();
+        let there = shared.path().join("team.toml");
+        std::fs::write(&there, "[sandbox]\nnode = \"/bin/true\"\n").unwrap();
+        std::fs::set_permissions(&there, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::rename(&file, dir.path().join("kept.toml")).unwrap();
+        std::os::unix::fs::symlink(&there, &file).unwrap();
+        Config::load_found(dir.path()).unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("writable by others"), "{err}");
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        // ...a file whose owner says nothing of who wrote it (a process's command line)...
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink("/proc/self/cmdline", &file).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("procfs"), "{err}");
+        // ...and one too big to be a config.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(&file, "#".repeat(2 << 20)).unwrap();
+        let err = Config::load_found(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("bytes"), "{err}");
+        std::fs::rename(dir.path().join("kept.toml"), &file).unwrap();
+        Config::load_found(dir.path()).unwrap();
 
         if !nix::unistd::geteuid().is_root() {
             return; // a file of another user's needs root
         }
         std::os::unix::fs::chown(&file, Some(12345), None).unwrap();
         let err = Config::load_found(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("belongs to another user"), "{err}");
+        assert!(err.contains("another user"), "{err}");
         // Theirs behind a link of ours, or ours behind a link of theirs: refused alike.
         let other = tempfile::tempdir().unwrap();
         let target = other.path().join("real.toml");

@@ -24,44 +24,175 @@ pub const REFUSED: &str = "toolsearch/refused";
 /// [`MAX_REQUEST_BYTES`].
 pub const MAX_IN_FLIGHT: usize = 64;
 
-/// The requests rmcp has and has not answered: a place each, taken when a request is
-/// passed on, given back when its answer is written (or the client cancels it, as the
-/// official SDK does on its timeout: no answer follows).
+/// A request's id as rmcp holds it and writes it back: the hash of its JSON text as
+/// serde writes it (so `10e0`, `10.0` and `10` are one id, as they are to rmcp), in constant
+/// memory however long the id is.
+type IdKey = [u8; 32];
+
+fn key_of(id: &rmcp::model::RequestId) -> IdKey {
+    let text = serde_json::to_vec(id).unwrap_or_default();
+    *blake3::hash(&text).as_bytes()
+}
+
+/// What rmcp makes of a line passed to it, decided by rmcp's own types, so the bound
+/// counts what rmcp does and not a guess of it. The tenth sandbox review got past a bound
+/// that matched ids by their bytes: an escaped key (`"i\u0064"`), an id over 256 bytes or
+/// an id in float form was no id to the scan and a request to rmcp, and a request rmcp
+/// could not read was answered under no id and never gave its place back.
+#[derive(Debug, PartialEq)]
+enum Reads {
+    /// A request it will answer under this id (unless the client cancels it first).
+    Request(IdKey),
+    /// Well-formed JSON it cannot read as a message: answered `Invalid request`, no id.
+    Invalid,
+    /// A cancellation of this request: its answer, not written yet, never will be.
+    Cancel(IdKey),
+    /// A notification or a client's answer: nothing comes back.
+    Nothing,
+    /// Not JSON, as rmcp reads it: ignored. The reason, for a line that was only too deep or
+    /// held a number out of range (JSON, but beyond what serde reads), which is answered.
+    Unreadable(Option<String>),
+}
+
+/// rmcp's reading of one line, as its codec does it: a trailing CR and a leading BOM
+/// dropped, the line parsed as a client message; on a shape error, a notification of a
+/// method it does not know is ignored and anything else is answered `Invalid request`.
+fn reads(line: &[u8]) -> Reads {
+    use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage};
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let body = line.strip_prefix(BOM).unwrap_or(line);
+    match serde_json::from_slice::<ClientJsonRpcMessage>(body) {
+        Ok(JsonRpcMessage::Request(r)) => Reads::Request(key_of(&r.id)),
+        Ok(JsonRpcMessage::Notification(n)) => match n.notification {
+            ClientNotification::CancelledNotification(c) => match &c.params.request_id {
+                Some(id) => Reads::Cancel(key_of(id)),
+                None => Reads::Nothing,
+            },
+            _ => Reads::Nothing,
+        },
+        Ok(_) => Reads::Nothing,
+        Err(e) => match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                let text = e.to_string();
+                let beyond = text.contains("recursion limit") || text.contains("out of range");
+                Reads::Unreadable(beyond.then_some(text))
+            }
+            _ => {
+                // rmcp ignores a notification it cannot read (a method it does not know):
+                // counted as nothing. If it answers one after all, that answer finds no
+                // place to give back, or gives back one an answer still owed would have.
+                let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                if v.get("id").is_none() && v.get("method").is_some_and(Value::is_string) {
+                    Reads::Nothing
+                } else {
+                    Reads::Invalid
+                }
+            }
+        },
+    }
+}
+
+/// The requests rmcp has and has not answered, and whether it can write its answers: a
+/// place each, taken when a request is passed on and given back when its answer is
+/// written (or the client cancels it, as the official SDK does on its timeout: rmcp then
+/// writes none). And no line at all is passed on while rmcp's writer waits for the client
+/// to read: a cancel given back a place whose answer rmcp had already made, and pairs of
+/// request and cancel from a client that read nothing piled answers up (1.3 GB in 20 s,
+/// tenth review), which now wait in the client's pipe instead.
 pub struct InFlight {
     places: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Places held, by the id's JSON text.
-    held: parking_lot::Mutex<std::collections::HashMap<String, usize>>,
+    state: parking_lot::Mutex<Owed>,
+    /// A place given back, or the writer moving again.
+    changed: tokio::sync::Notify,
+    /// rmcp's writer is waiting for the client to read.
+    stalled: std::sync::atomic::AtomicBool,
+}
+
+/// The answers owed.
+#[derive(Default)]
+struct Owed {
+    by_id: std::collections::HashSet<IdKey>,
+    /// To lines rmcp cannot read, answered under no id.
+    unnamed: usize,
 }
 
 impl InFlight {
     pub fn new() -> std::sync::Arc<InFlight> {
         std::sync::Arc::new(InFlight {
             places: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-            held: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            state: parking_lot::Mutex::new(Owed::default()),
+            changed: tokio::sync::Notify::new(),
+            stalled: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    async fn enter(&self, id: &Value) {
+    /// Waits while rmcp's writer cannot write.
+    async fn writable(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if !self.stalled.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    async fn place(&self) {
         if let Ok(place) = self.places.acquire().await {
             place.forget();
         }
-        *self.held.lock().entry(id.to_string()).or_insert(0) += 1;
     }
 
-    fn left(&self, id: &Value) {
-        let mut held = self.held.lock();
-        let key = id.to_string();
-        if let Some(n) = held.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&key);
+    /// A request passed on. One whose id is still owed an answer waits for it: rmcp keeps
+    /// one answer per id and drops the other's, so two at once would owe one place forever.
+    async fn request(&self, id: IdKey) {
+        loop {
+            let changed = self.changed.notified();
+            if !self.state.lock().by_id.contains(&id) {
+                break;
             }
+            changed.await;
+        }
+        self.place().await;
+        self.state.lock().by_id.insert(id);
+    }
+
+    async fn invalid(&self) {
+        self.place().await;
+        self.state.lock().unnamed += 1;
+    }
+
+    /// An answer written (its id, or none), or a request cancelled: its place back.
+    fn settled(&self, id: Option<&IdKey>) {
+        let mut state = self.state.lock();
+        let owed = match id {
+            Some(id) => state.by_id.remove(id),
+            None if state.unnamed > 0 => {
+                state.unnamed -= 1;
+                true
+            }
+            None => false,
+        };
+        drop(state);
+        if owed {
             self.places.add_permits(1);
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn stall(&self, stalled: bool) {
+        let was = self
+            .stalled
+            .swap(stalled, std::sync::atomic::Ordering::AcqRel);
+        if was && !stalled {
+            self.changed.notify_waiters();
         }
     }
 }
 
-/// rmcp's writer, as it is, watched for answers: each gives its request's place back.
+/// rmcp's writer, as it is, watched: each answer written gives its request's place back,
+/// and a write that waits for the client stops the lines coming in.
 pub fn answers<W: AsyncWrite + Unpin>(out: W, in_flight: std::sync::Arc<InFlight>) -> Answers<W> {
     Answers {
         out,
@@ -73,8 +204,8 @@ pub fn answers<W: AsyncWrite + Unpin>(out: W, in_flight: std::sync::Arc<InFlight
 pub struct Answers<W> {
     out: W,
     in_flight: std::sync::Arc<InFlight>,
-    /// The line being written (rmcp writes one message a line; a raw line feed is only
-    /// ever a line's end in JSON).
+    /// The line being written (rmcp writes one message a line, its keys as serde writes
+    /// them; a raw line feed is only ever a line's end in JSON).
     scan: IdScan,
 }
 
@@ -86,6 +217,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Answers<W> {
     ) -> std::task::Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let written = std::pin::Pin::new(&mut this.out).poll_write(cx, buf);
+        this.in_flight.stall(written.is_pending());
         if let std::task::Poll::Ready(Ok(n)) = &written {
             for &b in &buf[..*n] {
                 if b != b'\n' {
@@ -93,10 +225,8 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Answers<W> {
                     continue;
                 }
                 let line = std::mem::take(&mut this.scan);
-                if line.answer
-                    && let Some(id) = line.id()
-                {
-                    this.in_flight.left(&id);
+                if line.answer {
+                    this.in_flight.settled(line.id_key().as_ref());
                 }
             }
         }
@@ -107,7 +237,10 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Answers<W> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().out).poll_flush(cx)
+        let this = self.get_mut();
+        let flushed = std::pin::Pin::new(&mut this.out).poll_flush(cx);
+        this.in_flight.stall(flushed.is_pending());
+        flushed
     }
 
     fn poll_shutdown(
@@ -118,35 +251,20 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Answers<W> {
     }
 }
 
-/// What `line` (within the bounds, `scan` read from it) asks of [`InFlight`]: a place for a
-/// request rmcp will answer (valid JSON, an id, not itself an answer), or a place given
-/// back for a request the client cancelled.
-async fn account(line: &[u8], scan: &IdScan, in_flight: &InFlight) {
-    const BOM: &[u8] = b"\xEF\xBB\xBF";
-    let body = line.strip_prefix(BOM).unwrap_or(line);
-    if scan.answer || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
-        return;
-    }
-    if let Some(id) = scan.id() {
-        in_flight.enter(&id).await;
-    } else if scan.method && body.len() <= 64 * 1024 {
-        #[derive(serde::Deserialize)]
-        struct Cancelled {
-            method: String,
-            params: Option<Value>,
-        }
-        if let Ok(n) = serde_json::from_slice::<Cancelled>(body)
-            && n.method == "notifications/cancelled"
-            && let Some(id) = n.params.as_ref().and_then(|p| p.get("requestId"))
-        {
-            in_flight.left(id);
-        }
+/// Takes what `line`, about to be passed on, asks of [`InFlight`].
+async fn account(reading: Reads, in_flight: &InFlight) {
+    match reading {
+        Reads::Request(id) => in_flight.request(id).await,
+        Reads::Invalid => in_flight.invalid().await,
+        Reads::Cancel(id) => in_flight.settled(Some(&id)),
+        Reads::Nothing | Reads::Unreadable(_) => {}
     }
 }
 
 /// What rmcp reads instead of stdin: stdin's lines within the bounds, the others as
-/// [`REFUSED`] requests, a request only while fewer than [`MAX_IN_FLIGHT`] are unanswered.
-/// Runs until stdin ends or rmcp stops reading.
+/// [`REFUSED`] requests, a request only while fewer than [`MAX_IN_FLIGHT`] are unanswered,
+/// and nothing while rmcp's answers wait for the client to read them. Runs until stdin
+/// ends or rmcp stops reading.
 pub fn filtered(
     input: impl AsyncRead + Unpin + Send + 'static,
     in_flight: std::sync::Arc<InFlight>,
@@ -165,9 +283,19 @@ pub fn filtered(
             else {
                 return;
             };
-            let passed = match refusal(&line, total) {
+            let reason = refusal(&line, total);
+            let reading = match &reason {
+                None => reads(&line),
+                Some(_) => Reads::Nothing,
+            };
+            let reason = match &reading {
+                Reads::Unreadable(Some(why)) => Some(format!("the request is not read: {why}")),
+                _ => reason,
+            };
+            in_flight.writable().await;
+            let passed = match reason {
                 None => {
-                    account(&line, &id, &in_flight).await;
+                    account(reading, &in_flight).await;
                     line.push(b'\n');
                     writer.write_all(&line).await
                 }
@@ -175,9 +303,7 @@ pub fn filtered(
                     tracing::warn!("mcp serve: a request refused: {reason}");
                     match refused_request(id.id(), &reason) {
                         Some(request) => {
-                            if let Some(id) = id.id() {
-                                in_flight.enter(&id).await;
-                            }
+                            account(reads(request.trim_end().as_bytes()), &in_flight).await;
                             writer.write_all(request.as_bytes()).await
                         }
                         // No id to answer: nothing to pass on (rmcp would drop it too).
@@ -261,8 +387,10 @@ fn refused_request(id: Option<Value>, reason: &str) -> Option<String> {
 }
 
 /// The top-level `id` of a JSON object read a piece at a time, in constant memory: only
-/// the id's own text is kept (at most [`IdScan::MAX_ID`] bytes). Only a number or a
-/// string is an id; anything else (or malformed text) gives none.
+/// the id's own text is kept (at most [`IdScan::MAX_ID`] bytes), and the hash of all of it.
+/// Only a number or a string is an id; anything else (or malformed text) gives none. Keys
+/// are matched as written, which is how rmcp writes them (its answers are what the hash is
+/// for); a client's line is read by rmcp's own types instead ([`reads`]).
 #[derive(Default)]
 struct IdScan {
     depth: u32,
@@ -275,7 +403,9 @@ struct IdScan {
     /// In the value of the key `id`, whose text is kept.
     in_id: bool,
     text: Vec<u8>,
+    hash: blake3::Hasher,
     found: Option<Vec<u8>>,
+    found_key: Option<IdKey>,
     /// A top-level `method` (a request or a notification) was seen.
     method: bool,
     /// A top-level `result` or `error` (an answer) was seen.
@@ -293,8 +423,14 @@ impl IdScan {
 
     fn byte(&mut self, b: u8) {
         let top = self.depth == 1;
-        if self.in_id && top && self.text.len() <= Self::MAX_ID {
-            self.text.push(b);
+        if self.in_id && top {
+            let ends = !self.in_string && matches!(b, b',' | b'}');
+            if !ends {
+                if self.text.len() <= Self::MAX_ID {
+                    self.text.push(b);
+                }
+                self.hash.update(&[b]);
+            }
         }
         if self.in_string {
             if self.escaped {
@@ -346,6 +482,7 @@ impl IdScan {
                     _ => {}
                 }
                 self.text.clear();
+                self.hash.reset();
             }
             b',' if top => {
                 self.end_value();
@@ -358,10 +495,17 @@ impl IdScan {
     fn end_value(&mut self) {
         if self.in_id {
             self.in_id = false;
-            // The `,` or `}` that ended it was kept too.
-            self.text.pop();
             self.found = Some(std::mem::take(&mut self.text));
+            self.found_key = Some(*self.hash.finalize().as_bytes());
         }
+    }
+
+    /// The key of the id an answer of rmcp's was written under; none for `null`.
+    fn id_key(&self) -> Option<IdKey> {
+        if self.found.as_deref() == Some(b"null") {
+            return None;
+        }
+        self.found_key
     }
 
     fn id(&self) -> Option<Value> {
@@ -410,6 +554,213 @@ mod tests {
         assert_eq!(scan_id(br#"{"id":{"x":1}}"#), None);
         let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(300));
         assert_eq!(scan_id(long.as_bytes()), None);
+    }
+
+    fn key(id: Value) -> IdKey {
+        let id: rmcp::model::RequestId = serde_json::from_value(id).unwrap();
+        key_of(&id)
+    }
+
+    /// A line is what rmcp's own types make of it: escaped keys, float ids and ids of any
+    /// length are requests; what rmcp cannot read as a message is answered under no id;
+    /// a line too deep for serde is answered with the reason.
+    #[test]
+    fn lines_are_read_as_rmcp_reads_them() {
+        let ten = Reads::Request(key(serde_json::json!(10)));
+        for line in [
+            r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","i\u0064":10,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":10e0,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":10.0,"method":"ping"}"#,
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"ping\"}\r",
+        ] {
+            assert_eq!(reads(line.as_bytes()), ten, "{line}");
+        }
+        let long = "x".repeat(300);
+        assert_eq!(
+            reads(format!(r#"{{"jsonrpc":"2.0","id":"{long}","method":"ping"}}"#).as_bytes()),
+            Reads::Request(key(serde_json::json!(long)))
+        );
+        for line in [
+            r#"{"jsonrpc":"2.0","id":10.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":42}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        ] {
+            assert_eq!(reads(line.as_bytes()), Reads::Invalid, "{line}");
+        }
+        assert_eq!(
+            reads(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10.0}}"#),
+            Reads::Cancel(key(serde_json::json!(10)))
+        );
+        assert_eq!(
+            reads(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Reads::Nothing
+        );
+        assert_eq!(reads(b"not json"), Reads::Unreadable(None));
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(matches!(reads(deep.as_bytes()), Reads::Unreadable(Some(_))));
+    }
+
+    /// The lines of `input`, through the filter, as rmcp would read them.
+    fn through(
+        input: Vec<u8>,
+        in_flight: &std::sync::Arc<InFlight>,
+    ) -> tokio::io::Lines<tokio::io::BufReader<impl AsyncRead + Unpin>> {
+        use tokio::io::AsyncBufReadExt;
+        tokio::io::BufReader::new(filtered(
+            std::io::Cursor::new(input),
+            std::sync::Arc::clone(in_flight),
+        ))
+        .lines()
+    }
+
+    async fn blocked<R: AsyncRead + Unpin>(
+        lines: &mut tokio::io::Lines<tokio::io::BufReader<R>>,
+    ) -> bool {
+        tokio::time::timeout(Duration::from_millis(300), lines.next_line())
+            .await
+            .is_err()
+    }
+
+    /// Requests that a byte scan would not see as requests take their places all the same:
+    /// an escaped `id` key, a long id, a float id; and lines rmcp answers under no id take
+    /// one each, given back by those answers.
+    #[tokio::test]
+    async fn every_request_rmcp_answers_takes_a_place_however_it_is_spelled() {
+        let long = "y".repeat(300);
+        let spell = |i: usize| match i % 3 {
+            0 => format!("{{\"jsonrpc\":\"2.0\",\"i\\u0064\":{i},\"method\":\"ping\"}}\n"),
+            1 => format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{long}{i}\",\"method\":\"ping\"}}\n"),
+            _ => format!("{{\"jsonrpc\":\"2.0\",\"id\":{i}.0,\"method\":\"ping\"}}\n"),
+        };
+        let mut input = String::new();
+        for i in 0..MAX_IN_FLIGHT + 1 {
+            input.push_str(&spell(i));
+        }
+        let in_flight = InFlight::new();
+        let mut lines = through(input.into_bytes(), &in_flight);
+        for _ in 0..MAX_IN_FLIGHT {
+            lines.next_line().await.unwrap().unwrap();
+        }
+        assert!(
+            blocked(&mut lines).await,
+            "a request past the bound went through"
+        );
+        // rmcp answers the float id as an integer: that answer gives the place back.
+        let mut out = answers(Vec::new(), std::sync::Arc::clone(&in_flight));
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n")
+            .await
+            .unwrap();
+        lines.next_line().await.unwrap().unwrap();
+
+        // Lines rmcp cannot read: a place each, given back by answers under no id.
+        let bad = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":42}\n";
+        let in_flight = InFlight::new();
+        let mut lines = through(bad.repeat(MAX_IN_FLIGHT + 1).into_bytes(), &in_flight);
+        for _ in 0..MAX_IN_FLIGHT {
+            lines.next_line().await.unwrap().unwrap();
+        }
+        assert!(blocked(&mut lines).await);
+        let mut out = answers(Vec::new(), std::sync::Arc::clone(&in_flight));
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid request\"}}\n")
+            .await
+            .unwrap();
+        lines.next_line().await.unwrap().unwrap();
+    }
+
+    /// A request whose id is still owed an answer waits for it (rmcp would answer one of
+    /// the two); a request and its cancel give the place back.
+    #[tokio::test]
+    async fn a_repeated_id_waits_for_the_first_answer() {
+        let ping = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}\n";
+        let in_flight = InFlight::new();
+        let mut lines = through(ping.repeat(2).into_bytes(), &in_flight);
+        lines.next_line().await.unwrap().unwrap();
+        assert!(blocked(&mut lines).await, "the same id went through twice");
+        let mut out = answers(Vec::new(), std::sync::Arc::clone(&in_flight));
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n")
+            .await
+            .unwrap();
+        lines.next_line().await.unwrap().unwrap();
+    }
+
+    /// A writer that cannot write: pending until `open` is set.
+    struct Shut {
+        open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        waker: std::sync::Arc<parking_lot::Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl AsyncWrite for Shut {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+                return std::task::Poll::Ready(Ok(buf.len()));
+            }
+            *self.waker.lock() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// While rmcp's answers wait for a client that does not read, no line is passed on:
+    /// not a request, not a cancel that would give a place back for an answer already made.
+    #[tokio::test]
+    async fn nothing_is_read_while_the_answers_wait_for_the_client() {
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waker = std::sync::Arc::new(parking_lot::Mutex::new(None::<std::task::Waker>));
+        let in_flight = InFlight::new();
+        let mut out = answers(
+            Shut {
+                open: std::sync::Arc::clone(&open),
+                waker: std::sync::Arc::clone(&waker),
+            },
+            std::sync::Arc::clone(&in_flight),
+        );
+        let writing = tokio::spawn(async move {
+            out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n")
+                .await
+                .unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let input = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n";
+        let mut lines = through(input.as_bytes().to_vec(), &in_flight);
+        assert!(
+            blocked(&mut lines).await,
+            "a line went through while the writer waited"
+        );
+        open.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(w) = waker.lock().take() {
+            w.wake();
+        }
+        writing.await.unwrap();
+        assert!(
+            lines
+                .next_line()
+                .await
+                .unwrap()
+                .unwrap()
+                .contains("cancelled")
+        );
     }
 
     /// A client that writes requests and reads nothing gets [`MAX_IN_FLIGHT`] of them to
@@ -465,6 +816,7 @@ mod tests {
     #[tokio::test]
     async fn lines_over_the_bounds_become_refusals_with_their_ids() {
         let ok = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec();
+        let ok_again = br#"{"jsonrpc":"2.0","id":11,"method":"tools/list"}"#.to_vec();
         let mut big =
             br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"x":""#
                 .to_vec();
@@ -479,7 +831,7 @@ mod tests {
         no_id.extend(std::iter::repeat_n(&b"0,"[..], MAX_REQUEST_VALUES + 5).flatten());
         no_id.extend(b"0]}");
         let mut input = Vec::new();
-        for line in [&ok, &big, &dense, &no_id, &b"not json".to_vec(), &ok] {
+        for line in [&ok, &big, &dense, &no_id, &b"not json".to_vec(), &ok_again] {
             input.extend_from_slice(line);
             input.push(b'\n');
         }
@@ -510,6 +862,6 @@ mod tests {
                 .contains("JSON values")
         );
         assert_eq!(lines[3], "not json");
-        assert_eq!(lines[4].as_bytes(), &ok[..]);
+        assert_eq!(lines[4].as_bytes(), &ok_again[..]);
     }
 }
