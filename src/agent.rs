@@ -455,6 +455,7 @@ impl Agent {
                 messages: messages.clone(),
                 options: Arc::clone(if round == 1 { &first } else { &later }),
                 text: text_out.clone(),
+                held: Arc::new(parking_lot::Mutex::new(std::mem::take(held))),
             };
             let mut reply = tokio::select! {
                 r = model.respond(&request) => r.map_err(TurnError::Provider)?,
@@ -462,6 +463,7 @@ impl Agent {
                     return Ok(self.finish(answer, Stop::Aborted, round - 1, calls, messages, usage));
                 }
             };
+            held.add(std::mem::take(&mut *request.held.lock()));
             drop(request);
             held.add(std::mem::take(&mut reply.held));
             self.hold_to_choice(&mut reply, &options.options, round);

@@ -25,6 +25,12 @@ pub struct ModelRequest {
     pub options: Arc<RequestOptions>,
     /// Where the answer's text goes as it arrives, when the client streams.
     pub text: Option<TextStream>,
+    /// The turn's places from its earlier rounds' answers, for this one to take its first
+    /// places from ([`Held`]): a turn holds its largest answer's places, not the sum of all
+    /// its rounds'. Each round's kept to the end, 64 turns of 4 MiB answers filled the pool
+    /// and every next round waited 30 s for the others to give up (front round 9). What the
+    /// model does not take stays the turn's.
+    pub held: Arc<parking_lot::Mutex<Held>>,
 }
 
 /// What the model answered.
@@ -56,11 +62,8 @@ impl Held {
         self.0.extend(other.0);
     }
 
-    /// These places let go in step with `bytes` bytes as they are sent
-    /// ([`LettingGo::sent`]): a response read slowly holds what its client has not read
-    /// yet, not the whole answer to its last byte. Places another copy of this holds too
-    /// stay held until the end.
-    pub fn let_go_over(self, bytes: usize) -> LettingGo {
+    /// The places no other copy holds, as permits of their own, and the rest.
+    pub fn into_owned(self) -> (Vec<tokio::sync::OwnedSemaphorePermit>, Held) {
         let mut owned = Vec::new();
         let mut shared = Vec::new();
         for p in self.0 {
@@ -69,10 +72,19 @@ impl Held {
                 Err(p) => shared.push(p),
             }
         }
+        (owned, Held(shared))
+    }
+
+    /// These places let go in step with `bytes` bytes as they are sent
+    /// ([`LettingGo::sent`]): a response read slowly holds what its client has not read
+    /// yet, not the whole answer to its last byte. Places another copy of this holds too
+    /// stay held until the end.
+    pub fn let_go_over(self, bytes: usize) -> LettingGo {
+        let (owned, shared) = self.into_owned();
         let places = owned.iter().map(|p| p.num_permits()).sum();
         LettingGo {
             owned,
-            _shared: Held(shared),
+            _shared: shared,
             places,
             bytes,
             sent: 0,

@@ -75,9 +75,29 @@ impl AnswerPool {
 
     /// A new answer, holding nothing yet.
     pub fn answer(self: &Arc<Self>) -> AnswerBytes {
+        self.answer_from(Held::default())
+    }
+
+    /// A new answer that takes its first places from `seed`, its turn's from earlier
+    /// rounds (those of this pool no one else holds; the others are kept as they are).
+    pub fn answer_from(self: &Arc<Self>, seed: Held) -> AnswerBytes {
+        let (owned, kept) = seed.into_owned();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        let mut others = kept;
+        for p in owned {
+            if !Arc::ptr_eq(p.semaphore(), &self.places) {
+                others.add(Held::new(p));
+                continue;
+            }
+            match &mut held {
+                Some(h) => h.merge(p),
+                None => held = Some(p),
+            }
+        }
+        let kib = held.as_ref().map_or(0, |p| p.num_permits());
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let me = Arc::new(Arriving {
-            kib: AtomicUsize::new(0),
+            kib: AtomicUsize::new(kib),
             ended: CancellationToken::new(),
         });
         self.arriving.lock().insert(number, Arc::clone(&me));
@@ -85,31 +105,33 @@ impl AnswerPool {
             pool: Arc::clone(self),
             number,
             me,
+            // The seed stands for bytes already counted: this answer's own start at 0 and
+            // take new places only past it.
             bytes: 0,
-            held: None,
+            held,
+            others,
         }
     }
 
-    /// Ends the largest answer arriving if it holds more than `asker` and more than its
-    /// kept share; true when one was ended.
+    /// Ends the largest answer arriving (the newest of equals) if it is larger than the
+    /// asker (or as large and newer) and holds at least its share: [`KEPT_SHARE`] of the
+    /// pool, or less when more answers arrive than that many shares hold, so a pool full of
+    /// answers arriving always has one to end (equal answers of 4 MiB each filled it, and
+    /// none was larger than another); true when one was ended.
     fn make_room(&self, asker: u64, asker_kib: usize) -> bool {
         let arriving = self.arriving.lock();
-        let share = self.kib / KEPT_SHARE;
+        let share = (self.kib / KEPT_SHARE).min(self.kib / arriving.len().max(1));
         let largest = arriving
             .iter()
             .filter(|(n, a)| **n != asker && !a.ended.is_cancelled())
-            .max_by_key(|(_, a)| a.kib.load(Ordering::Relaxed));
+            .map(|(n, a)| (a.kib.load(Ordering::Relaxed), *n, a))
+            .max_by_key(|(kib, n, _)| (*kib, *n));
         match largest {
-            Some((_, a)) => {
-                let kib = a.kib.load(Ordering::Relaxed);
-                if kib > asker_kib && kib > share {
-                    a.ended.cancel();
-                    true
-                } else {
-                    false
-                }
+            Some((kib, n, a)) if (kib, n) > (asker_kib, asker) && kib >= share.max(1) => {
+                a.ended.cancel();
+                true
             }
-            None => false,
+            _ => false,
         }
     }
 
@@ -151,6 +173,9 @@ pub struct AnswerBytes {
     me: Arc<Arriving>,
     bytes: usize,
     held: Option<OwnedSemaphorePermit>,
+    /// Places of the seed this pool cannot merge (shared, or another pool's): kept, and
+    /// handed on with the rest.
+    others: Held,
 }
 
 impl AnswerBytes {
@@ -198,7 +223,11 @@ impl AnswerBytes {
     /// The places taken, to be held until what was made of the answer is sent; the answer
     /// is no longer arriving, so no other can end it.
     pub fn into_held(mut self) -> Held {
-        self.held.take().map(Held::new).unwrap_or_default()
+        let mut held = std::mem::take(&mut self.others);
+        if let Some(p) = self.held.take() {
+            held.add(Held::new(p));
+        }
+        held
     }
 }
 
@@ -214,6 +243,51 @@ mod tests {
 
     fn pool(kib: usize, wait_ms: u64) -> Arc<AnswerPool> {
         AnswerPool::new(kib * 1024, Duration::from_millis(wait_ms))
+    }
+
+    /// A turn's next answer takes its first places from those its earlier rounds hold: 64
+    /// turns whose first answers filled the pool go on to their second round.
+    #[tokio::test]
+    async fn a_next_round_starts_from_the_places_its_turn_holds() {
+        let p = pool(64 * 4, 5_000);
+        let mut firsts = Vec::new();
+        for _ in 0..64 {
+            let mut a = p.answer();
+            a.take(4 * 1024).await.unwrap();
+            firsts.push(a.into_held());
+        }
+        assert_eq!(p.free_kib(), 0);
+        let mut seconds = Vec::new();
+        for held in firsts {
+            let mut a = p.answer_from(held);
+            tokio::time::timeout(Duration::from_secs(1), a.take(3 * 1024))
+                .await
+                .expect("a next round waited with its turn's places in hand")
+                .unwrap();
+            seconds.push(a.into_held());
+        }
+        drop(seconds);
+        assert_eq!(p.free_kib(), 64 * 4);
+    }
+
+    /// Equal answers arriving that fill the pool: the newest is ended for an older one.
+    #[tokio::test]
+    async fn equal_answers_filling_the_pool_do_not_wait_on_each_other() {
+        let p = pool(64 * 4, 5_000);
+        let mut all = Vec::new();
+        for _ in 0..64 {
+            let mut a = p.answer();
+            a.take(4 * 1024).await.unwrap();
+            all.push(a);
+        }
+        let mut first = all.remove(0);
+        let newest = all.last().unwrap().ended();
+        let asking = tokio::spawn(async move { first.take(1024).await });
+        tokio::time::timeout(Duration::from_secs(5), newest.cancelled())
+            .await
+            .unwrap();
+        all.pop();
+        assert_eq!(asking.await.unwrap(), Ok(()));
     }
 
     #[tokio::test]
@@ -252,9 +326,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_within_its_share_is_never_ended() {
-        let (p, _held) = with_held(625).await;
+        let (p, _held) = with_held(626).await;
         let mut within = p.answer();
-        within.take(10 * 1024).await.unwrap();
+        within.take(9 * 1024).await.unwrap();
         let mut small = p.answer();
         small.take(5 * 1024).await.unwrap();
         let mut asker = p.answer();

@@ -475,7 +475,8 @@ impl HttpModel {
             let body = self.body(request);
             let response = self.send(&body).await?;
             let streamed = self.streams(request);
-            let mut bytes = self.answers.answer();
+            let seed = std::mem::take(&mut *request.held.lock());
+            let mut bytes = self.answers.answer_from(seed);
             let answer = if streamed {
                 self.read_stream(response, request, &mut bytes).await?
             } else {
@@ -709,6 +710,7 @@ mod tests {
                 content: "hi".into(),
             }],
             options: Default::default(),
+            held: Default::default(),
             text: streamed.then(|| {
                 crate::agent::TextStream::new(
                     tx,
