@@ -45,7 +45,7 @@ mod model;
 pub mod results;
 pub use model::{
     Held, LettingGo, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
-    ROUND_SEPARATOR, TextStream,
+    ROUND_SEPARATOR, TextStream, join_places,
 };
 
 /// Calls of one batch that run at once (as many as one sandbox run may have in flight).

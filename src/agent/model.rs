@@ -130,10 +130,17 @@ impl LettingGo {
             }
         }
     }
+}
 
-    /// Places still held.
-    pub fn held(&self) -> usize {
-        self.owned.iter().map(|p| p.num_permits()).sum()
+/// `more` places of the same pool joined to those in `slot`: how a holder that takes its
+/// places as bytes arrive (an answer, a turn's results) keeps them as one permit.
+pub fn join_places(
+    slot: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    more: tokio::sync::OwnedSemaphorePermit,
+) {
+    match slot {
+        Some(p) => p.merge(more),
+        None => *slot = Some(more),
     }
 }
 

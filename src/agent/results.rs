@@ -54,10 +54,7 @@ impl ResultBytes {
             let Ok(more) = Arc::clone(pool).try_acquire_many_owned(need) else {
                 return false;
             };
-            match &mut self.held {
-                Some(p) => p.merge(more),
-                None => self.held = Some(more),
-            }
+            super::join_places(&mut self.held, more);
         }
         self.bytes = after;
         true

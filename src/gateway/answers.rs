@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Held;
+use crate::agent::{Held, join_places};
 
 /// The answers read or held at once, in bytes. An answer may be 32 MiB and becomes a few
 /// copies of itself (text, parsed, the client's response): 100 clients asking for a turn
@@ -89,10 +89,7 @@ impl AnswerPool {
                 others.add(Held::new(p));
                 continue;
             }
-            match &mut held {
-                Some(h) => h.merge(p),
-                None => held = Some(p),
-            }
+            join_places(&mut held, p);
         }
         let kib = held.as_ref().map_or(0, |p| p.num_permits());
         let number = self.next.fetch_add(1, Ordering::Relaxed);
@@ -212,10 +209,7 @@ impl AnswerBytes {
             }
             Err(TryAcquireError::Closed) => return Err(NoRoom::Waited),
         };
-        match &mut self.held {
-            Some(p) => p.merge(more),
-            None => self.held = Some(more),
-        }
+        join_places(&mut self.held, more);
         self.me.kib.store(want, Ordering::Relaxed);
         Ok(())
     }

@@ -34,7 +34,7 @@ use super::answers::{ANSWER_BYTES_IN_FLIGHT, ANSWER_WAIT, AnswerBytes, AnswerPoo
 use super::json::Budget;
 use super::redact::{Redactor, shown_url};
 use crate::agent::{
-    Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
+    Held, Message, Model, ModelError, ModelFuture, ModelReply, ModelRequest, ModelsFuture,
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
@@ -315,18 +315,15 @@ impl HttpModel {
         &self,
         response: reqwest::Response,
         request: &ModelRequest,
-        bytes: &mut AnswerBytes,
-    ) -> Result<Answer, ModelError> {
+        bytes: AnswerBytes,
+    ) -> Result<(Answer, Held), ModelError> {
         let name = self.provider.as_str();
         // `chunk()` in a loop: reqwest's `bytes_stream` needs its `stream` feature. Bytes
         // are counted as they arrive, before the SSE parser buffers any: a line that
         // never ends is cut off at the bound like any other answer.
         // The places are the unfold's while the stream is read, and come back at its end.
         let full = std::sync::Arc::new(parking_lot::Mutex::new(None::<NoRoom>));
-        let taken = std::sync::Arc::new(tokio::sync::Mutex::new(std::mem::replace(
-            bytes,
-            self.answers.answer(),
-        )));
+        let taken = std::sync::Arc::new(tokio::sync::Mutex::new(Some(bytes)));
         let (full_in, taken_in) = (std::sync::Arc::clone(&full), std::sync::Arc::clone(&taken));
         let chunks = futures::stream::try_unfold((response, 0usize), move |(mut r, read)| {
             let (full, taken) = (
@@ -335,7 +332,10 @@ impl HttpModel {
             );
             async move {
                 let mut taken = taken.lock().await;
-                let Some(chunk) = next_chunk(&mut r, &taken).await.map_err(|e| match e {
+                let Some(taken) = taken.as_mut() else {
+                    return Ok(None);
+                };
+                let Some(chunk) = next_chunk(&mut r, taken).await.map_err(|e| match e {
                     ReadError::Io(e) => std::io::Error::other(e),
                     ReadError::Full(why) => {
                         *full.lock() = Some(why.clone());
@@ -402,17 +402,23 @@ impl HttpModel {
         if !any {
             return Err(self.garbage("no server-sent events"));
         }
-        std::mem::swap(bytes, &mut *taken.lock().await);
+        let held = taken
+            .lock()
+            .await
+            .take()
+            .map(AnswerBytes::into_held)
+            .unwrap_or_default();
         let calls = assembler.finish().map_err(|e| self.garbage(e))?;
         let (text, late) = text.finish();
         if let (Some(late), Some(out)) = (late, &request.text) {
             out.send(&late).await;
         }
-        Ok(Answer {
+        let answer = Answer {
             calls,
             text,
             usage: counted.finish(),
-        })
+        };
+        Ok((answer, held))
     }
 
     /// An error a stream carried: the provider's own error stays one (not "garbage").
@@ -477,8 +483,8 @@ impl HttpModel {
             let streamed = self.streams(request);
             let seed = std::mem::take(&mut *request.held.lock());
             let mut bytes = self.answers.answer_from(seed);
-            let answer = if streamed {
-                self.read_stream(response, request, &mut bytes).await?
+            let (answer, held) = if streamed {
+                self.read_stream(response, request, bytes).await?
             } else {
                 let text = match read_bounded(response, MAX_ANSWER_BYTES, Some(&mut bytes)).await {
                     Ok(text) => text,
@@ -491,7 +497,7 @@ impl HttpModel {
                         )));
                     }
                 };
-                self.parse_whole(&text)?
+                (self.parse_whole(&text)?, bytes.into_held())
             };
             let names = WireNames::new(self.provider, &request.tools);
             Ok(ModelReply {
@@ -503,7 +509,7 @@ impl HttpModel {
                     .collect(),
                 streamed: streamed && request.text.is_some(),
                 usage: answer.usage,
-                held: bytes.into_held(),
+                held,
             })
         }
     }
