@@ -129,11 +129,26 @@ pub struct TurnOptions {
     pub text: Option<TextStream>,
 }
 
+/// What a turn has done so far, whether it ends well or not: the places its answers hold,
+/// and how many tool calls it ran.
+#[derive(Default)]
+struct SoFar {
+    held: Held,
+    calls_run: usize,
+}
+
 /// Why a turn failed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnError {
     Provider(ModelError),
     RoundLimit(usize),
+    /// `error`, in a turn whose tools had already run `calls` calls: asking again runs
+    /// them again, so a client must not retry it as it would a failure before anything
+    /// ran (an SDK retried a later round's 503, and every tool of the turn ran twice).
+    AfterCalls {
+        calls: usize,
+        error: Box<TurnError>,
+    },
 }
 
 impl TurnError {
@@ -142,17 +157,32 @@ impl TurnError {
         match self {
             TurnError::Provider(e) => Error::Provider(e.message.clone()),
             TurnError::RoundLimit(n) => Error::RoundLimit(*n),
+            TurnError::AfterCalls { error, .. } => error.as_error(),
         }
     }
 
     pub fn code(&self) -> &'static str {
         self.as_error().code()
     }
+
+    /// The tool calls the turn ran before it failed.
+    pub fn calls_run(&self) -> usize {
+        match self {
+            TurnError::AfterCalls { calls, .. } => *calls,
+            _ => 0,
+        }
+    }
 }
 
 impl std::fmt::Display for TurnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.as_error().fmt(f)
+        match self {
+            TurnError::AfterCalls { calls, error } => write!(
+                f,
+                "{error} (after {calls} tool calls of this turn ran: asking again runs them again)"
+            ),
+            _ => self.as_error().fmt(f),
+        }
     }
 }
 
@@ -402,14 +432,21 @@ impl Agent {
         options: TurnOptions,
         abort: CancellationToken,
     ) -> Result<TurnOutcome, TurnError> {
-        let mut held = Held::default();
+        let mut so_far = SoFar::default();
         let outcome = self
-            .run_rounds(model, system, messages, options, abort, &mut held)
+            .run_rounds(model, system, messages, options, abort, &mut so_far)
             .await;
-        outcome.map(|mut o| {
-            o.held = held;
-            o
-        })
+        match outcome {
+            Ok(mut o) => {
+                o.held = so_far.held;
+                Ok(o)
+            }
+            Err(error) if so_far.calls_run > 0 => Err(TurnError::AfterCalls {
+                calls: so_far.calls_run,
+                error: Box::new(error),
+            }),
+            Err(error) => Err(error),
+        }
     }
 
     async fn run_rounds(
@@ -419,10 +456,13 @@ impl Agent {
         messages: Vec<Message>,
         options: TurnOptions,
         abort: CancellationToken,
-        held: &mut Held,
+        so_far: &mut SoFar,
     ) -> Result<TurnOutcome, TurnError> {
+        let held = &mut so_far.held;
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut messages = messages;
+        // Shared with each round's request, and pushed to once the request is gone: one
+        // copy of the conversation however many rounds it has.
+        let mut messages = Arc::new(messages);
         let for_round = |round: usize| {
             let mut o = options.options.clone();
             o.tool_choice = o.tool_choice.map(|c| self.tool_choice(&c, round));
@@ -452,7 +492,7 @@ impl Agent {
             let request = ModelRequest {
                 system: system.to_string(),
                 tools: self.surface.tools.clone(),
-                messages: messages.clone(),
+                messages: Arc::clone(&messages),
                 options: Arc::clone(if round == 1 { &first } else { &later }),
                 text: text_out.clone(),
                 held: Arc::new(parking_lot::Mutex::new(std::mem::take(held))),
@@ -481,8 +521,8 @@ impl Agent {
                 }
                 answer.push_str(&reply.text);
             }
-            messages.push(Message::Assistant {
-                content: reply.text.clone(),
+            Arc::make_mut(&mut messages).push(Message::Assistant {
+                content: std::mem::take(&mut reply.text),
                 tool_calls: reply.tool_calls.clone(),
             });
             if reply.tool_calls.is_empty() {
@@ -510,13 +550,14 @@ impl Agent {
                 if o.client {
                     continue;
                 }
+                so_far.calls_run += 1;
                 calls.push(CallRecord {
                     round,
                     name: call.name.clone(),
                     tool_id: o.tool_id,
                     is_error: o.is_error,
                 });
-                messages.push(Message::Tool {
+                Arc::make_mut(&mut messages).push(Message::Tool {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     content: o.text,
@@ -574,9 +615,10 @@ impl Agent {
         stop: Stop,
         rounds: usize,
         calls: Vec<CallRecord>,
-        messages: Vec<Message>,
+        messages: Arc<Vec<Message>>,
         usage: Option<Usage>,
     ) -> TurnOutcome {
+        let messages = Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone());
         self.dispatcher.log().event(
             "turn",
             json!({"stop": stop, "rounds": rounds, "calls": calls}),

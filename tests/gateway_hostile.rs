@@ -293,3 +293,71 @@ fn an_answer_with_hundreds_of_calls_is_refused_not_run() {
     assert!(text.contains("500 tool calls"), "{text}");
     assert_eq!(asked.load(Ordering::SeqCst), 1, "no second round ran");
 }
+
+/// A provider that streams `pieces` text deltas `gap` apart, then completes; when `stall`,
+/// it says nothing more after the first piece and keeps the connection open.
+fn trickling_provider(pieces: usize, gap: std::time::Duration, stall: bool) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        while let Ok((mut s, _)) = listener.accept() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let mut got = Vec::new();
+                // The head and a body of some length: enough to know it is all there.
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") || !got.ends_with(b"}") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+                );
+                for i in 0..pieces {
+                    let delta =
+                        json!({"type": "response.output_text.delta", "delta": format!("p{i} ")});
+                    if s.write_all(format!("data: {delta}\n\n").as_bytes())
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if stall {
+                        std::thread::sleep(std::time::Duration::from_secs(3600));
+                    }
+                    std::thread::sleep(gap);
+                }
+                let done = json!({"type": "response.completed", "response": {"output": []}});
+                let _ = s.write_all(format!("data: {done}\n\n").as_bytes());
+            });
+        }
+    });
+    url
+}
+
+/// `[provider] timeout_ms` is how long the provider may be silent, not how long an answer
+/// may take: a stream whose pieces keep coming outlives it (as reqwest's total timeout it
+/// was cut at the limit, front round 10 F1), and one that goes quiet fails, said as a
+/// timeout.
+#[test]
+fn a_stream_still_arriving_outlives_the_provider_timeout_and_a_silent_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "max_retries = 0\nstream = true\ntimeout_ms = 1000\n";
+    // Twelve pieces 250 ms apart: three seconds of answer, never a second of silence.
+    let steady = trickling_provider(12, std::time::Duration::from_millis(250), false);
+    let sub = dir.path().join("steady");
+    std::fs::create_dir_all(&sub).unwrap();
+    let (_steady_gw, gw) = gateway_with(&steady, &sub, config);
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "slowly"}));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("p11"), "{text}");
+
+    let silent = trickling_provider(3, std::time::Duration::ZERO, true);
+    let sub = dir.path().join("silent");
+    std::fs::create_dir_all(&sub).unwrap();
+    let (_silent_gw, gw) = gateway_with(&silent, &sub, config);
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "then nothing"}));
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("timed out"), "{text}");
+}

@@ -340,3 +340,62 @@ fn the_openai_sdk_against_an_anthropic_upstream() {
     check_report("anthropic", &report);
     check_recorded("anthropic", &requests);
 }
+
+mod gateway_support;
+
+/// The SDK retries a gateway's 5xx on its own, which is right before anything ran and
+/// wrong once the turn's tools have: a later round's failure ran every tool of the turn
+/// again on each retry. After tools ran, the gateway's error says `x-should-retry: false`,
+/// the header the SDK obeys over its own rule.
+#[test]
+fn the_sdk_does_not_retry_a_turn_whose_tools_ran() {
+    use gateway_support::{Reply, gateway_with, scripted_provider};
+    use std::sync::atomic::Ordering;
+    let node = node();
+    for tools_first in [true, false] {
+        let (url, asked) = scripted_provider(move |_, _, body| {
+            if tools_first && !body.to_string().contains("function_call_output") {
+                return Reply::json(
+                    200,
+                    &json!({"output": [{"type": "function_call", "call_id": "c1", "name": "tool_search", "arguments": "{\"query\": \"issue\"}"}]}),
+                );
+            }
+            Reply::json(
+                503,
+                &json!({"error": {"message": "overloaded", "type": "server_error"}}),
+            )
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+        let out = Command::new(&node)
+            .arg(sdk_dir().join("retry.mjs"))
+            .arg(format!("{gw}/v1"))
+            .current_dir(sdk_dir())
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "retry.mjs printed no JSON ({e}): {} {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(report["status"], 502, "{report}");
+        if tools_first {
+            assert_eq!(report["shouldRetry"], "false", "{report}");
+            assert!(
+                report["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("after 1 tool calls"),
+                "{report}"
+            );
+            // The tool round and the failed one, once: the SDK did not ask again.
+            assert_eq!(asked.load(Ordering::SeqCst), 2, "{report}");
+        } else {
+            // Nothing ran: the SDK's own retries stand (three tries).
+            assert_eq!(report["shouldRetry"], Value::Null, "{report}");
+            assert_eq!(asked.load(Ordering::SeqCst), 3, "{report}");
+        }
+    }
+}

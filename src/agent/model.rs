@@ -20,7 +20,9 @@ use crate::provider::{RequestOptions, ToolCall, ToolSpec, Usage};
 pub struct ModelRequest {
     pub system: String,
     pub tools: Vec<ToolSpec>,
-    pub messages: Vec<Message>,
+    /// The conversation, shared with the turn: a copy per round held every earlier
+    /// answer once more for as long as the next was read (front round 9 F2).
+    pub messages: Arc<Vec<Message>>,
     /// The client's options for this round, its tool choice mapped onto `tools`.
     pub options: Arc<RequestOptions>,
     /// Where the answer's text goes as it arrives, when the client streams.

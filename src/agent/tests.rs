@@ -722,6 +722,12 @@ async fn a_conversation_grown_past_the_bound_fails_the_turn() {
     big.text = "z".repeat(MAX_CONVERSATION_BYTES);
     let e = turn(&a, &Script::new(vec![big])).await.unwrap_err();
     assert!(e.to_string().contains("conversation grew"), "{e}");
+    // Its tool had run: the error says so, for the gateway to tell SDKs not to retry.
+    assert_eq!(e.calls_run(), 1);
+    assert!(
+        e.to_string().contains("asking again runs them again"),
+        "{e}"
+    );
     assert_eq!(
         conversation_bytes(&[Message::Assistant {
             content: "ab".into(),
@@ -733,4 +739,65 @@ async fn a_conversation_grown_past_the_bound_fails_the_turn() {
         }]),
         2 + 1 + 1 + r#"{"x":1}"#.len()
     );
+}
+
+/// A model that notes how many hold each round's conversation, and calls a tool twice.
+struct Sharing(Mutex<Vec<usize>>);
+
+impl Model for Sharing {
+    fn respond<'a>(&'a self, request: &'a ModelRequest) -> ModelFuture<'a> {
+        Box::pin(async move {
+            let mut seen = self.0.lock().unwrap();
+            seen.push(Arc::strong_count(&request.messages));
+            Ok(if seen.len() < 3 {
+                calls(&[("create_issue", json!({"title": "x"}))])
+            } else {
+                ModelReply {
+                    text: "done".into(),
+                    ..Default::default()
+                }
+            })
+        })
+    }
+}
+
+/// Every round's request shares the turn's one conversation: copied per round, a turn of
+/// many rounds held each earlier answer once more while the next was read (front round 9
+/// F2). Before a failure, nothing ran, and the error says nothing of calls.
+#[tokio::test]
+async fn each_round_shares_the_turns_conversation() {
+    let (a, _) = agent(Mode::Direct);
+    let model = Sharing(Mutex::new(Vec::new()));
+    let o = a
+        .run_turn(
+            &model,
+            "system",
+            user("do it"),
+            TurnOptions::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.rounds, 3);
+    assert_eq!(tool_messages(&o).len(), 2);
+    assert_eq!(
+        *model.0.lock().unwrap(),
+        [2, 2, 2],
+        "the turn's and the request's"
+    );
+
+    let e = a
+        .run_turn(
+            &Script::new(vec![]),
+            "system",
+            vec![Message::User {
+                content: "z".repeat(MAX_CONVERSATION_BYTES + 1),
+            }],
+            TurnOptions::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.calls_run(), 0);
+    assert!(!e.to_string().contains("asking again"), "{e}");
 }

@@ -179,6 +179,8 @@ async fn create_inner(
             .and_then(Value::as_bool)
             == Some(true),
     };
+    // A Chat answer echoes nothing of its request.
+    let held = gw.hold_request(&tools, None)?;
     let turn = TurnRequest {
         session_key,
         system: system.join("\n\n"),
@@ -189,6 +191,7 @@ async fn create_inner(
         remember: false,
         budget,
         admitted,
+        held,
     };
     if request.stream != Some(true) {
         let Running { turn, cancel, .. } = gw.start(turn, None).await?;

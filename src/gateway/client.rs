@@ -45,6 +45,10 @@ use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payl
 /// The largest answer read from a provider, whole or streamed.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
+/// The longest one answer may take from the request sent to its last byte, however
+/// steadily it arrives (the OpenAI SDKs' own default).
+pub const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(600);
+
 /// The largest model list read: a real one is a few kilobytes to a megabyte.
 pub const MAX_MODEL_LIST_BYTES: usize = 8 * 1024 * 1024;
 
@@ -106,8 +110,15 @@ impl HttpModel {
             },
             None => None,
         };
+        let quiet = Duration::from_millis(config.timeout_ms);
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
+            // `timeout_ms` is how long the provider may say nothing: to connect, to begin
+            // its answer, between two pieces of it. As reqwest's total timeout it cut
+            // streams still arriving at 60 s (front round 10 F1); a whole answer may take
+            // up to ANSWER_TIME_LIMIT.
+            .connect_timeout(quiet)
+            .read_timeout(quiet)
+            .timeout(ANSWER_TIME_LIMIT.max(quiet))
             // A redirect would carry the key (Anthropic's header survives reqwest's
             // cross-origin rule) and the conversation wherever the provider points.
             .redirect(reqwest::redirect::Policy::none())
@@ -190,7 +201,7 @@ impl HttpModel {
 
     /// Sends `body`, retrying on a failed connection, a timeout, 429 and 5xx; the answer
     /// when its status is a success, else the provider's error.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+    async fn send(&self, body: bytes::Bytes) -> Result<reqwest::Response, ModelError> {
         let name = self.provider.as_str();
         let url = self.url();
         let shown = shown_url(&url);
@@ -198,7 +209,8 @@ impl HttpModel {
         loop {
             let response = match self
                 .request(reqwest::Method::POST, &url)
-                .json(body)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
                 .send()
                 .await
             {
@@ -323,6 +335,7 @@ impl HttpModel {
         // never ends is cut off at the bound like any other answer.
         // The places are the unfold's while the stream is read, and come back at its end.
         let full = std::sync::Arc::new(parking_lot::Mutex::new(None::<NoRoom>));
+        let ended = bytes.ended();
         let taken = std::sync::Arc::new(tokio::sync::Mutex::new(Some(bytes)));
         let (full_in, taken_in) = (std::sync::Arc::clone(&full), std::sync::Arc::clone(&taken));
         let chunks = futures::stream::try_unfold((response, 0usize), move |(mut r, read)| {
@@ -395,7 +408,13 @@ impl HttpModel {
                 if let Some(piece) = text.push(self.provider, &value)
                     && let Some(out) = &request.text
                 {
-                    out.send(&piece).await;
+                    // A client slow to take the text holds the answer here, not in a
+                    // read: ended to make room, it lets its places go now, not when its
+                    // client next reads (front round 9 F3).
+                    tokio::select! {
+                        () = out.send(&piece) => {}
+                        () = ended.cancelled() => return Err(pool_full(NoRoom::Ended)),
+                    }
                 }
             }
         }
@@ -478,8 +497,14 @@ impl HttpModel {
 impl HttpModel {
     async fn answer(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         {
-            let body = self.body(request);
-            let response = self.send(&body).await?;
+            // Written once and sent from the same bytes on each try; neither the document
+            // nor its text outlives the sending, so the next answer is read with one copy
+            // of the conversation in memory, the turn's (front round 9 F2).
+            let body =
+                bytes::Bytes::from(serde_json::to_vec(&self.body(request)).map_err(|e| {
+                    ModelError::from(format!("cannot write the request body: {e}"))
+                })?);
+            let response = self.send(body).await?;
             let streamed = self.streams(request);
             let seed = std::mem::take(&mut *request.held.lock());
             let mut bytes = self.answers.answer_from(seed);
@@ -584,7 +609,7 @@ async fn read_bounded(
             None => response
                 .chunk()
                 .await
-                .map_err(|e| ReadError::Io(without_url(&e)))?,
+                .map_err(|e| ReadError::Io(read_failure(&e)))?,
         };
         let Some(chunk) = chunk else { break };
         if body.len() + chunk.len() > max {
@@ -617,7 +642,7 @@ async fn next_chunk(
 ) -> Result<Option<bytes::Bytes>, ReadError> {
     let ended = bytes.ended();
     tokio::select! {
-        chunk = response.chunk() => chunk.map_err(|e| ReadError::Io(without_url(&e))),
+        chunk = response.chunk() => chunk.map_err(|e| ReadError::Io(read_failure(&e))),
         _ = ended.cancelled() => Err(ReadError::Full(NoRoom::Ended)),
     }
 }
@@ -653,6 +678,19 @@ fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
         .map(|s| s * 1000)
         .unwrap_or(100 * (1u64 << attempt.saturating_sub(1).min(6)));
     Duration::from_millis(ms.min(5_000))
+}
+
+/// Why reading an answer failed: a timeout said as one (reqwest calls it "error decoding
+/// response body").
+fn read_failure(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        format!(
+            "timed out: the provider sent nothing for `[provider] timeout_ms`, or the answer took longer than {} s",
+            ANSWER_TIME_LIMIT.as_secs()
+        )
+    } else {
+        without_url(e)
+    }
 }
 
 /// reqwest errors print the URL, which may carry a key in its query: leave it out.
@@ -712,9 +750,9 @@ mod tests {
         ModelRequest {
             system: String::new(),
             tools: Vec::new(),
-            messages: vec![Message::User {
+            messages: std::sync::Arc::new(vec![Message::User {
                 content: "hi".into(),
-            }],
+            }]),
             options: Default::default(),
             held: Default::default(),
             text: streamed.then(|| {

@@ -28,6 +28,9 @@ pub struct Detail {
     pub param: Option<String>,
     pub code: Option<String>,
     pub retry_after: Option<String>,
+    /// Sent as `x-should-retry`, the header the OpenAI SDKs obey over their own rule (they
+    /// retry 408, 409, 429 and every 5xx): `false` once the turn's tools have run.
+    pub should_retry: Option<bool>,
 }
 
 impl std::ops::Deref for ApiError {
@@ -47,6 +50,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            should_retry: None,
         }))
     }
 
@@ -94,6 +98,13 @@ impl ApiError {
     /// documentation).
     pub fn of_turn(e: &TurnError) -> Self {
         match e {
+            TurnError::AfterCalls { error, .. } => {
+                let mut api = ApiError::of_turn(error);
+                api.0.message = e.to_string();
+                api.0.retry_after = None;
+                api.0.should_retry = Some(false);
+                api
+            }
             TurnError::Provider(m) => {
                 let status = m
                     .status
@@ -117,6 +128,7 @@ impl ApiError {
                     param: None,
                     code: Some(m.code.clone().unwrap_or_else(|| e.code().to_string())),
                     retry_after: m.retry_after.clone(),
+                    should_retry: None,
                 }))
             }
             TurnError::RoundLimit(_) => {
@@ -149,6 +161,12 @@ impl IntoResponse for ApiError {
             .and_then(|v| HeaderValue::from_str(v).ok())
         {
             response.headers_mut().insert(header::RETRY_AFTER, after);
+        }
+        if let Some(retry) = self.should_retry {
+            response.headers_mut().insert(
+                "x-should-retry",
+                HeaderValue::from_static(if retry { "true" } else { "false" }),
+            );
         }
         response
     }
@@ -199,5 +217,20 @@ mod tests {
             (e.status, e.kind.as_str()),
             (StatusCode::BAD_GATEWAY, "server_error")
         );
+        assert!(e.into_response().headers().get("x-should-retry").is_none());
+
+        // The same refusal after the turn's tools ran: the SDKs must not ask again on their
+        // own, since that runs the tools again.
+        let after = TurnError::AfterCalls {
+            calls: 3,
+            error: Box::new(full),
+        };
+        let e = ApiError::of_turn(&after);
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code.as_deref(), Some("answers_in_flight"));
+        assert!(e.message.contains("after 3 tool calls"), "{}", e.message);
+        let response = e.into_response();
+        assert_eq!(response.headers()["x-should-retry"], "false");
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
     }
 }

@@ -201,16 +201,24 @@ async fn create_inner(
         summary: None,
         input_messages: 0,
     };
+    let client_tools = request.tools.clone().unwrap_or_default();
+    // A streamed answer keeps the echo twice to its end: in its encoder and in the
+    // completed response waiting to be sent.
+    let held = gw.hold_request(
+        &client_tools,
+        Some((&answer.request, if stream { 2 } else { 1 })),
+    )?;
     let turn = TurnRequest {
         session_key,
         system,
         prior,
         input,
-        client_tools: request.tools.clone().unwrap_or_default(),
+        client_tools,
         options,
         remember: true,
         budget,
         admitted,
+        held,
     };
     if !stream {
         let running = gw.start(turn, None).await?;

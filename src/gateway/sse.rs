@@ -187,7 +187,7 @@ pub async fn respond<E: Encoder>(
         text,
         running: Some(running),
         end: VecDeque::new(),
-        held: Held::default(),
+        held: None,
         encoder,
     };
     if let Some(result) = ended {
@@ -200,6 +200,10 @@ pub async fn respond<E: Encoder>(
         }
         loop {
             if let Some(later) = st.end.pop_front() {
+                // The event before this one is with the connection now.
+                if let Some(held) = &mut st.held {
+                    held.sent(1);
+                }
                 let frame = later(&mut st.encoder);
                 return Some((Ok(frame), st));
             }
@@ -229,17 +233,22 @@ struct Streaming<E> {
     running: Option<Running>,
     /// The end's events not yet made, once the turn has ended.
     end: VecDeque<Later<E>>,
-    /// The provider answers' places, kept until the stream is sent or dropped.
-    held: Held,
+    /// The places of what the end is made from (the provider answers', the echoed
+    /// request's), let go an equal part per end event the client takes. Kept to the
+    /// last event, a client reading at a legal rate held a streamed answer's whole share
+    /// for as long as the end took it, five times the text (front round 9 F3).
+    held: Option<crate::agent::LettingGo>,
     encoder: E,
 }
 
 impl<E: Encoder> Streaming<E> {
     fn finish(&mut self, mut result: Result<TurnOutcome, ApiError>) {
-        if let Ok(outcome) = &mut result {
-            self.held = std::mem::take(&mut outcome.held);
-        }
+        let held = match &mut result {
+            Ok(outcome) => std::mem::take(&mut outcome.held),
+            Err(_) => Held::default(),
+        };
         self.end = self.encoder.finish(result).into();
+        self.held = Some(held.let_go_over(self.end.len() + 1));
     }
 }
 

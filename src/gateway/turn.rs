@@ -29,8 +29,8 @@ use super::json::Budget;
 use super::server::{GENERATED_KEY_PREFIX, Gateway, MAX_WAITING_PER_SESSION};
 use super::sessions::Session;
 use crate::agent::{
-    Agent, MAX_CONVERSATION_BYTES, Message, Stop, TextStream, TurnError, TurnOptions, TurnOutcome,
-    conversation_bytes,
+    Agent, Held, MAX_CONVERSATION_BYTES, Message, Stop, TextStream, TurnError, TurnOptions,
+    TurnOutcome, conversation_bytes,
 };
 use crate::catalog::{Catalog, CatalogMode, ExecutorSpec, Source, ToolDescriptor};
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
@@ -71,6 +71,9 @@ pub struct TurnRequest {
     /// The request's place among the turns in flight ([`Gateway::admit`]), held until
     /// its turn ends.
     pub admitted: super::server::Admitted,
+    /// Places its turn and response hold from the start (what is made of the request:
+    /// [`Gateway::hold_request`]), joined to the turn's when it ends.
+    pub held: Held,
 }
 
 /// Where the conversation before the input comes from.
@@ -272,6 +275,7 @@ impl Gateway {
         let abort_turn = abort.clone();
         let remember = keyed && request.remember;
         let admitted = request.admitted;
+        let response_held = request.held;
         let turn_key = key.clone();
         let turn = tokio::spawn(async move {
             let result = agent
@@ -282,7 +286,11 @@ impl Gateway {
                     turn_options,
                     abort_turn,
                 )
-                .await;
+                .await
+                .map(|mut o| {
+                    o.held.add(response_held);
+                    o
+                });
             match &result {
                 Ok(o) if o.stop != Stop::Aborted && remember => {
                     gw.sessions.remember(&turn_key, &session, &o.messages);

@@ -91,9 +91,14 @@ pub fn gateway_env(
     } else {
         "max_retries = 3\n"
     };
+    let timeout = if extra.contains("timeout_ms") {
+        ""
+    } else {
+        "timeout_ms = 5000\n"
+    };
     std::fs::write(
         &config,
-        format!("[provider]\nbase_url = \"{provider_url}\"\n{retries}timeout_ms = 5000\n{extra}"),
+        format!("[provider]\nbase_url = \"{provider_url}\"\n{retries}{timeout}{extra}"),
     )
     .unwrap();
     start_with(
