@@ -51,11 +51,27 @@ let limits = {
   maxArgBytes: 64 * 1024,
 };
 
+const ObjectKeys = Object.keys;
+const ObjectCreate = Object.create;
+const ArrayIsArray = Array.isArray;
+
 // Frames carry only well-formed strings: a lone surrogate (half an emoji, cut by a slice)
 // would be sent as a \ud800 escape, which the parent's JSON parser refuses. It becomes
-// U+FFFD instead.
+// U+FFFD instead, in values and in keys alike: a replacer sees each object before its
+// keys are written, so one whose keys are not all well formed is written as a copy whose
+// keys are (a key cut from a title once ended the whole run as `protocol`, review 11).
 function wellFormed(key, value) {
-  return typeof value === 'string' ? value.toWellFormed() : value;
+  if (typeof value === 'string') return value.toWellFormed();
+  if (value === null || typeof value !== 'object' || ArrayIsArray(value)) return value;
+  const keys = ObjectKeys(value);
+  for (let i = 0; i < keys.length; i++) {
+    if (keys[i].isWellFormed()) continue;
+    // No prototype: a key `__proto__` stays a key.
+    const copy = ObjectCreate(null);
+    for (let j = 0; j < keys.length; j++) copy[keys[j].toWellFormed()] = value[keys[j]];
+    return copy;
+  }
+  return value;
 }
 
 // A frame goes out whole or not at all: callers check first that the stack has room for

@@ -49,6 +49,7 @@ pub mod report;
 pub mod sandbox;
 pub mod search;
 pub mod semantic;
+pub mod shown;
 pub mod signals;
 pub mod surface;
 pub mod synth;

@@ -221,7 +221,7 @@ fn main() -> ExitCode {
             if json {
                 print_json(&out.json);
             } else {
-                print_text(&out.text);
+                print_text(&toolsearch::shown::for_terminal(&out.text));
             }
             if out.failed {
                 ExitCode::from(1)
@@ -360,7 +360,7 @@ fn read_args(arg: Option<&str>) -> Result<serde_json::Value, Error> {
 
 fn print_json<T: serde::Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(s) => print_text(&(s + "\n")),
+        Ok(s) => print_text(&(toolsearch::shown::json_for_terminal(s) + "\n")),
         Err(e) => eprintln!("toolsearch: cannot serialize output: {e}"),
     }
 }

@@ -12,6 +12,7 @@ use crate::config::Mode;
 use crate::eval::{Metrics, Report};
 use crate::mcp::upstream::ServerStatus;
 use crate::sandbox::CodeModeStatus;
+use crate::shown;
 
 /// `catalog --json`: the effective catalog in the mode it is used in.
 #[derive(Serialize)]
@@ -258,8 +259,9 @@ pub fn code(r: &crate::code::CodeResult) -> String {
             logs, telemetry, ..
         } => (logs, telemetry),
     };
+    // The guest's lines continue indented: none can pass for the program's own.
     for l in logs {
-        let _ = writeln!(out, "[{:?}] {}", l.level, l.text);
+        let _ = writeln!(out, "[{:?}] {}", l.level, shown::indented(&l.text, "    "));
     }
     match r {
         CodeResult::Ok { value, .. } => {
@@ -270,7 +272,12 @@ pub fn code(r: &crate::code::CodeResult) -> String {
             );
         }
         CodeResult::Err { error, .. } => {
-            let _ = writeln!(out, "error [{}]: {}", error.code, error.message);
+            let _ = writeln!(
+                out,
+                "error [{}]: {}",
+                error.code,
+                shown::indented(&error.message, "    ")
+            );
         }
     }
     let _ = writeln!(

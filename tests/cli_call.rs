@@ -1869,3 +1869,45 @@ fn a_call_stopped_in_its_before_hook_is_logged_with_its_stage() {
     assert_eq!(calls[0]["stage"], "before-hooks", "{calls:?}");
     assert_eq!(v["telemetry"]["call_count"], 1);
 }
+
+/// What a guest chooses reaches a person made safe: in the terminal, no control character
+/// acts (a body erased and forged the program's lines, set the title and wrote the
+/// clipboard) and its lines continue indented; in the session log, an id that names no
+/// tool is cut (64 KiB ids pushed a session's earlier events out of its log) and no raw C1
+/// control is written (review 11 F1, F3).
+#[test]
+fn guest_text_reaches_the_terminal_and_the_log_made_safe() {
+    let sb = Sandbox::new();
+    let body = "console.log('x\\u001b[2K\\r\\u001b[1A[Log] fine\\n(0 searches)\\u001b]52;c;ZWNobw==\\u0007');\n\
+                for (const id of ['\\u009b2J' + 'y'.repeat(60000), 'z'.repeat(60000)]) {\n\
+                  try { await openclaw.tools.describe(id) } catch (e) {}\n\
+                  try { await openclaw.tools.call(id, {}) } catch (e) {}\n\
+                }\n\
+                throw new Error('boom\\u001b[8mHIDDEN\\nerror [timeout]: fake')";
+    let out = run(sb.demo().args(["code", body]));
+    assert!(
+        !out.stdout.contains('\u{1b}')
+            && !out.stdout.contains('\r')
+            && !out.stdout.contains('\u{7}'),
+        "{:?}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("\\u{1b}[2K"), "{}", out.stdout);
+    for line in out.stdout.lines() {
+        assert!(
+            !line.starts_with("error [timeout]") && !line.starts_with("(0 searches)"),
+            "a guest line passed for the program's own: {:?}",
+            out.stdout
+        );
+    }
+    let log = std::fs::read_dir(sb.state().join("sessions"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<String>();
+    assert!(!log.contains('\u{9b}'), "a raw C1 control in the log");
+    for line in log.lines() {
+        assert!(line.len() < 4096, "a log line of {} bytes", line.len());
+    }
+    assert_eq!(sb.events("describe").len(), 2);
+    assert_eq!(sb.events("call").len(), 2);
+}

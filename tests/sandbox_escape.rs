@@ -41,7 +41,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tempfile::TempDir;
 
 mod common;
@@ -2339,6 +2339,35 @@ fn output_a_lone_surrogate() {
             "{}",
             run.stdout
         );
+    });
+}
+
+/// A lone surrogate in a key, not a value (a title cut inside an emoji, grouped on): a
+/// replacer that mended values only let the key through as an escape the parent refuses,
+/// and the run ended as `protocol`, uncatchable (review 11 F2). Keys are mended too, in
+/// results, logs and bridge arguments alike, and `__proto__` stays a key.
+#[test]
+fn output_a_lone_surrogate_in_a_key() {
+    each_node(|case| {
+        let run = case.code(
+            "const t = '\u{1F600} party'; const g = {}; g[t.slice(0, 1)] = 1; g.__proto__x = 2; \
+             console.log(g); return g",
+            RUN_MS,
+        );
+        case.assert_contained(&run);
+        assert_eq!(
+            run.value(),
+            &json!({"\u{FFFD}": 1, "__proto__x": 2}),
+            "{}",
+            run.stdout
+        );
+        let run = case.code(
+            "try { await openclaw.tools.call('openclaw:core:calculate', {['\\udc00']: '1', \
+             ['__proto__']: {a: 1}}); return 'ok' } catch (e) { return 'caught ' + e.message }",
+            RUN_MS,
+        );
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
     });
 }
 

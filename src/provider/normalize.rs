@@ -290,7 +290,8 @@ fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
             super::bounded::MAX_JSON_VALUES
         )));
     }
-    raw.into_iter()
+    let mut calls = raw
+        .into_iter()
         .enumerate()
         .map(|(i, call)| {
             let position = i + 1;
@@ -307,7 +308,28 @@ fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
                 arguments,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    unique_ids(&mut calls);
+    Ok(calls)
+}
+
+/// Each call's id made its own: a provider that gives two calls one id (or an id equal to
+/// one made for a call without) had both reach the client, whose two answers were then
+/// refused for ever as one call answered twice (front round 10 F5). A repeated id gets
+/// `_2`, `_3`... (the first keeps its own); the model is sent the calls under these ids.
+fn unique_ids(calls: &mut [ToolCall]) {
+    let mut seen: HashSet<String> = HashSet::new();
+    for call in calls.iter_mut() {
+        if seen.insert(call.id.clone()) {
+            continue;
+        }
+        let mut n = 2;
+        while seen.contains(&format!("{}_{n}", call.id)) {
+            n += 1;
+        }
+        call.id = format!("{}_{n}", call.id);
+        seen.insert(call.id.clone());
+    }
 }
 
 fn parse_arguments(tool: &str, raw: RawArgs) -> Result<Value, ProviderError> {
@@ -639,7 +661,15 @@ impl StreamAssembler {
                 }
                 let item_id = usable_id(item.get("id"));
                 let output_index = obj.get("output_index").and_then(Value::as_u64);
-                let at = match self.responses_call(item_id.as_deref(), output_index) {
+                // An item added is a new call, whatever id it reuses: found by its id, a
+                // second call sharing the first's was merged into it and lost (front
+                // round 10 F5). Its deltas and its end go to the newest of that id.
+                let found = if kind == "response.output_item.added" {
+                    None
+                } else {
+                    self.responses_call(item_id.as_deref(), output_index)
+                };
+                let at = match found {
                     Some(at) => at,
                     None => {
                         let at = self.new_call()?;

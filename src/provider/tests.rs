@@ -1853,3 +1853,38 @@ fn token_counts_saturate() {
         Some(u64::MAX)
     );
 }
+
+#[test]
+fn calls_sharing_an_id_are_each_given_their_own() {
+    let response = json!({"output": [
+        {"type": "function_call", "call_id": "c", "name": "a", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c", "name": "b", "arguments": "{}"},
+        {"type": "function_call", "name": "d", "arguments": "{}"},
+        {"type": "function_call", "call_id": "call_3", "name": "e", "arguments": "{}"},
+    ]});
+    let ids: Vec<String> = tool_calls(Provider::OpenaiResponses, &response)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(ids, ["c", "c_2", "call_3", "call_3_2"]);
+
+    // Streamed, two items added under one item id stay two calls.
+    let mut a = StreamAssembler::new(Provider::OpenaiResponses);
+    for (name, index) in [("a", 0), ("b", 1)] {
+        a.push(&json!({"type": "response.output_item.added", "output_index": index,
+            "item": {"type": "function_call", "id": "fc", "call_id": "c", "name": name, "arguments": ""}}))
+            .unwrap();
+        a.push(
+            &json!({"type": "response.function_call_arguments.delta", "item_id": "fc",
+            "output_index": index, "delta": "{}"}),
+        )
+        .unwrap();
+    }
+    let calls = a.finish().unwrap();
+    let got: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c.name.as_str(), c.id.as_str()))
+        .collect();
+    assert_eq!(got, [("a", "c"), ("b", "c_2")]);
+}

@@ -183,7 +183,8 @@ impl SessionLog {
         if let (Some(obj), Value::Object(extra)) = (line.as_object_mut(), fields) {
             obj.extend(extra);
         }
-        let mut bytes = line.to_string().into_bytes();
+        // Operators `tail -f` it: no raw control a terminal acts on.
+        let mut bytes = crate::shown::json_for_terminal(line.to_string()).into_bytes();
         bytes.push(b'\n');
         let mut file = file.lock();
         if let (Some(f), Some(path)) = (file.as_ref(), &self.path)
