@@ -18,7 +18,7 @@ use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
 use crate::sandbox::spares::SparePool;
 use crate::sandbox::{
-    Bridge, BridgeFailure, BridgeFuture, Child, LogLine, RunReport, Sandbox, SandboxError,
+    Bridge, BridgeFailure, BridgeFuture, Child, Deadline, LogLine, RunReport, Sandbox, SandboxError,
 };
 
 /// Per-run counts, reported in the result's telemetry.
@@ -192,28 +192,35 @@ pub async fn run_with(
         code: "cancelled",
         message: "the run was cancelled by its caller before it started".into(),
     };
+    // One deadline from here: the waits for a slot and a child count against it.
+    let deadline = Deadline::after(timeout);
     // A body over the size bound takes no slot and no child.
     let slot = match sandbox.admit(code) {
         Err(e) => Err(e),
         Ok(()) => tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(not_started()),
-            slot = sandbox.slot(timeout) => slot,
+            slot = sandbox.slot(deadline.left()) => slot,
         },
     };
     let outcome = match slot {
         Err(e) => RunReport::failed(e),
         Ok(_) if cancel.is_cancelled() => RunReport::failed(not_started()),
         Ok(_slot) => {
-            let child = match from {
-                ChildFrom::Ready(child) => Ok(*child),
-                ChildFrom::Spares(pool) => pool.take().await,
-                ChildFrom::Fresh => sandbox.spawn(timeout).await,
-            };
+            // A child dropped half started is killed with its group.
+            let child = tokio::time::timeout_at(deadline.at, async {
+                match from {
+                    ChildFrom::Ready(child) => Ok(*child),
+                    ChildFrom::Spares(pool) => pool.take().await,
+                    ChildFrom::Fresh => sandbox.spawn(timeout).await,
+                }
+            })
+            .await
+            .unwrap_or_else(|_| Err(deadline.passed(" waiting for a sandbox child to start")));
             match child {
                 Ok(child) => {
                     sandbox
-                        .run_on(child, code, timeout, bridge.clone(), cancel)
+                        .run_on(child, code, deadline, bridge.clone(), cancel)
                         .await
                 }
                 Err(e) => RunReport::failed(e),

@@ -39,6 +39,7 @@ use barriers::{BarrierStatus, Plan};
 pub use node::NodeInfo;
 pub use policy::SandboxPolicy;
 use protocol::{BridgeMethod, LogLevel};
+pub use run::Deadline;
 pub use spawn::Child;
 
 /// The program the child runs: from a startup snapshot built from it ([`snapshot`]), or

@@ -88,7 +88,7 @@ async fn forged(act: &str, timeout: Duration) -> (RunReport, Duration) {
         .run_on(
             child,
             "",
-            timeout,
+            crate::sandbox::Deadline::after(timeout),
             Echo::new(json!([])),
             CancellationToken::new(),
         )
@@ -437,6 +437,25 @@ async fn runs_beyond_the_host_s_slots_wait_and_then_end_as_busy() {
         .run("return 1", Duration::from_secs(10), Echo::new(json!([])))
         .await;
     assert_eq!(report.outcome, Ok(json!(1)));
+
+    // A run that waited most of its deadline for a slot has only what is left of it:
+    // given the whole again, a 4 s run that waited 3.7 s ended after 7.7 s (review 11 F4).
+    let first = tokio::spawn(long(Arc::clone(&sandbox)));
+    let second = tokio::spawn(long(Arc::clone(&sandbox)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let late = sandbox
+        .run("for (;;) {}", Duration::from_secs(4), Echo::new(json!([])))
+        .await;
+    assert!(["busy", "timeout"].contains(&code_of(&late)), "{late:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(6500),
+        "{:?} for a 4 s deadline",
+        started.elapsed()
+    );
+    for handle in [first, second] {
+        handle.await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,7 +473,7 @@ async fn a_cancelled_run_ends_at_once_and_keeps_its_logs() {
         .run_on(
             child,
             "console.log('started'); for (;;) {}",
-            Duration::from_secs(20),
+            crate::sandbox::Deadline::after(Duration::from_secs(20)),
             Echo::new(json!([])),
             cancel,
         )
