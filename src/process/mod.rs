@@ -89,6 +89,12 @@ pub(crate) struct Leader {
 }
 
 impl Leader {
+    /// The leader's process id, until it is reaped (tests read its `/proc` entry).
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Spawns `cmd` as the leader of a new process group that gets SIGKILL when the host
     /// dies.
     pub(crate) fn spawn(cmd: &mut Command) -> io::Result<Self> {

@@ -502,3 +502,32 @@ async fn large_bodies_run_in_linear_time_and_oversized_ones_are_refused() {
     assert_eq!(e.code, "code-error");
     assert!(e.message.contains("the limit is 1048576"), "{e}");
 }
+
+/// A child holds no capability in any namespace, when the host is root too: with only a
+/// network namespace, a root host's child kept every capability in the host's namespaces
+/// (review 11 F5); it is in a user namespace of its own, where its uid maps to nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_holds_no_capability_and_has_its_own_user_namespace() {
+    let sandbox = sandbox();
+    let applied = sandbox
+        .barriers()
+        .iter()
+        .any(|b| b.name == crate::sandbox::barriers::Barrier::NetworkNamespace && b.applied);
+    assert!(
+        applied,
+        "the namespace barrier is not applied on this machine"
+    );
+    let child = sandbox.spawn(Duration::from_secs(10)).await.unwrap();
+    let pid = child.process.id().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for field in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).unwrap();
+    assert_ne!(ns(&pid.to_string()), ns("self"));
+    child.process.kill_now_reap_later();
+}
