@@ -595,17 +595,28 @@ impl Answer {
 
     /// The completed response: built, stored (unless `store: false`), returned.
     fn complete(&self, gw: &Gateway, outcome: &TurnOutcome) -> Value {
+        self.complete_streamed(gw, outcome, None)
+    }
+
+    /// The same for a streamed answer, whose text went out in deltas of `pieces` bytes.
+    fn complete_streamed(
+        &self,
+        gw: &Gateway,
+        outcome: &TurnOutcome,
+        pieces: Option<Vec<u32>>,
+    ) -> Value {
         let body = self.object("completed", self.output(outcome), Some(outcome));
         if self.store {
-            gw.store.put(
-                &self.id,
-                StoredResponse::new(
-                    &outcome.messages,
-                    self.input_messages,
-                    &body,
-                    Some(self.key.clone()),
-                ),
+            let mut stored = StoredResponse::new(
+                &outcome.messages,
+                self.input_messages,
+                &body,
+                Some(self.key.clone()),
             );
+            if let Some(pieces) = pieces {
+                stored = stored.streamed_in(pieces);
+            }
+            gw.store.put(&self.id, stored);
         }
         body
     }

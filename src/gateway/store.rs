@@ -32,6 +32,12 @@ pub struct StoredResponse {
     body: String,
     /// The session the turn ran in, when the client named one.
     pub session_key: Option<String>,
+    /// The bytes of each text delta its live stream sent, when it was streamed: a replay
+    /// sends the same deltas under the same sequence numbers, so a client resuming after
+    /// any number it saw gets exactly what it missed (one delta for the whole text, the
+    /// live stream's numbers were not the replay's, and a resumed text lost its middle:
+    /// front round 10 F2).
+    pub pieces: Option<Vec<u32>>,
 }
 
 impl StoredResponse {
@@ -46,7 +52,14 @@ impl StoredResponse {
             input_messages,
             body: body.to_string(),
             session_key,
+            pieces: None,
         }
+    }
+
+    /// The same, streamed live in deltas of these byte lengths.
+    pub fn streamed_in(mut self, pieces: Vec<u32>) -> Self {
+        self.pieces = Some(pieces);
+        self
     }
 
     /// The conversation after this response, read within the continuing request's
@@ -75,6 +88,7 @@ impl StoredResponse {
         self.conversation.len()
             + self.body.len()
             + self.session_key.as_ref().map_or(0, String::len)
+            + self.pieces.as_ref().map_or(0, |p| p.len() * 4)
             + 128
     }
 }

@@ -25,6 +25,8 @@ pub(super) struct ResponsesStream {
     sequence: u64,
     /// The message's text so far, once its item is open.
     text: Option<String>,
+    /// The bytes of each delta sent, for the stored response's replay.
+    pieces: Vec<u32>,
 }
 
 impl ResponsesStream {
@@ -34,6 +36,7 @@ impl ResponsesStream {
             answer,
             sequence: 0,
             text: None,
+            pieces: Vec::new(),
         }
     }
 
@@ -117,6 +120,8 @@ impl Encoder for ResponsesStream {
         if let Some(text) = &mut self.text {
             text.push_str(delta);
         }
+        self.pieces
+            .push(u32::try_from(delta.len()).unwrap_or(u32::MAX));
         frames.push(self.delta(delta));
         frames
     }
@@ -150,13 +155,17 @@ impl Encoder for ResponsesStream {
                 streamed.into()
             };
             if whole {
+                self.pieces = vec![u32::try_from(text.len()).unwrap_or(u32::MAX)];
                 let t = Arc::clone(&text);
                 end.push(Box::new(move |s: &mut Self| s.delta(&t)));
             }
             self.close_message(text, &mut end);
         }
         // Stored now, whether or not the client reads the end.
-        let response = self.answer.complete(&self.gw, &outcome);
+        let pieces = std::mem::take(&mut self.pieces);
+        let response = self
+            .answer
+            .complete_streamed(&self.gw, &outcome, Some(pieces));
         let calls = Arc::new(outcome.pending);
         for i in 0..calls.len() {
             let index = first + i;
@@ -215,6 +224,8 @@ pub(super) fn replay(
     after: Option<u64>,
 ) -> Result<impl Iterator<Item = Bytes> + Send + 'static, String> {
     let Fields(fields) = Budget::default().parse::<Fields>(stored.body())?;
+    // The live deltas belong to the message, the first item.
+    let mut pieces = stored.pieces.clone();
     let mut output: Vec<Value> = Vec::new();
     let mut start = String::from("{");
     for (key, raw) in &fields {
@@ -243,7 +254,7 @@ pub(super) fn replay(
     let items = output
         .into_iter()
         .enumerate()
-        .flat_map(|(index, item)| item_events(index, item));
+        .flat_map(move |(index, item)| item_events(index, item, pieces.take()));
     let completed = std::iter::once(Replayed::Completed(stored));
     Ok(opening
         .chain(items)
@@ -291,7 +302,7 @@ fn response_frame(kind: &str, response: &str, sequence: usize) -> Bytes {
 /// the item done), and made ahead they held it four times over for as long as a reader
 /// that did not read kept its connection (16 such readers of a 15 MB answer took 1.1 GB,
 /// front round 7).
-fn item_events(index: usize, item: Value) -> Vec<Replayed> {
+fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Replayed> {
     let item = Arc::new(item);
     let mut events = Vec::new();
     let lazy = |events: &mut Vec<Replayed>,
@@ -353,12 +364,20 @@ fn item_events(index: usize, item: Value) -> Vec<Replayed> {
                         a(json!({"part": {"type": "output_text", "text": "", "annotations": []}}))
                     }),
                 );
-                let (a, t) = (at.clone(), text.clone());
-                lazy(
-                    &mut events,
-                    "response.output_text.delta",
-                    Box::new(move || a(json!({"delta": t(), "logprobs": []}))),
-                );
+                for (start, end) in delta_ranges(&item, part_index, pieces.as_deref()) {
+                    let (a, item) = (at.clone(), Arc::clone(&item));
+                    lazy(
+                        &mut events,
+                        "response.output_text.delta",
+                        Box::new(move || {
+                            let text = item["content"][part_index]["text"]
+                                .as_str()
+                                .unwrap_or_default();
+                            let delta = text.get(start..end).unwrap_or_default();
+                            a(json!({"delta": delta, "logprobs": []}))
+                        }),
+                    );
+                }
                 let (a, t) = (at.clone(), text);
                 lazy(
                     &mut events,
@@ -409,6 +428,27 @@ fn item_events(index: usize, item: Value) -> Vec<Replayed> {
         Box::new(move || json!({"output_index": index, "item": *done})),
     );
     events
+}
+
+/// The byte ranges of a message part's text deltas: the live stream's `pieces` when they
+/// cut its text exactly, else the whole text as one.
+fn delta_ranges(item: &Value, part: usize, pieces: Option<&[u32]>) -> Vec<(usize, usize)> {
+    let text = item["content"][part]["text"].as_str().unwrap_or_default();
+    let whole = vec![(0, text.len())];
+    let Some(pieces) = pieces.filter(|_| part == 0) else {
+        return whole;
+    };
+    let mut ranges = Vec::with_capacity(pieces.len());
+    let mut at = 0usize;
+    for &n in pieces {
+        let end = at.saturating_add(n as usize);
+        if !text.is_char_boundary(end) || end > text.len() {
+            return whole;
+        }
+        ranges.push((at, end));
+        at = end;
+    }
+    if at == text.len() { ranges } else { whole }
 }
 
 /// A JSON object's members in order, each value as its raw text.
