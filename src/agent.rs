@@ -471,7 +471,10 @@ impl Agent {
         let (first, later) = (for_round(1), for_round(2));
         let mut kept = results::ResultBytes::new(self.results.clone());
         let text_out = options.text;
-        let mut answer = String::new();
+        // The answer is read from the conversation when the turn ends, not kept beside it:
+        // a second copy of every round's text held while the next was read.
+        let answer = messages.len();
+        let mut said = false;
         let mut usage: Option<Usage> = None;
         let mut calls = Vec::new();
         for round in 1..=self.max_rounds {
@@ -485,7 +488,7 @@ impl Agent {
                 ))));
             }
             if let Some(out) = &text_out
-                && !answer.is_empty()
+                && said
             {
                 out.separate_next();
             }
@@ -515,12 +518,7 @@ impl Agent {
             {
                 out.send(&reply.text).await;
             }
-            if !reply.text.is_empty() {
-                if !answer.is_empty() {
-                    answer.push_str(ROUND_SEPARATOR);
-                }
-                answer.push_str(&reply.text);
-            }
+            said |= !reply.text.is_empty();
             Arc::make_mut(&mut messages).push(Message::Assistant {
                 content: std::mem::take(&mut reply.text),
                 tool_calls: reply.tool_calls.clone(),
@@ -609,15 +607,27 @@ impl Agent {
         }
     }
 
+    /// The turn's outcome; its text is every round's text from message `answer` on.
     fn finish(
         &self,
-        text: String,
+        answer: usize,
         stop: Stop,
         rounds: usize,
         calls: Vec<CallRecord>,
         messages: Arc<Vec<Message>>,
         usage: Option<Usage>,
     ) -> TurnOutcome {
+        let mut text = String::new();
+        for m in messages.iter().skip(answer) {
+            if let Message::Assistant { content, .. } = m
+                && !content.is_empty()
+            {
+                if !text.is_empty() {
+                    text.push_str(ROUND_SEPARATOR);
+                }
+                text.push_str(content);
+            }
+        }
         let messages = Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone());
         self.dispatcher.log().event(
             "turn",

@@ -185,6 +185,7 @@ enum McpCommand {
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread is started.
     unsafe { toolsearch::semantic::pin_threads() };
+    toolsearch::process::map_large_allocations();
     // An MCP client that captures a server's stderr shows escape codes as text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()

@@ -222,10 +222,10 @@ fn a_gateway_failure_is_a_500_server_error_that_names_no_path() {
     assert!(!text.contains(dir.path().to_str().unwrap()), "{text}");
 }
 
-/// What a request's tools become while its turn runs (parsed, joined to its catalog and
-/// index, written into each provider request) takes places in one pool, before the turn
-/// runs: past it, a 429 that runs nothing. Uncounted, 128 requests of 3.85 MB of tools
-/// held 4.3 GB (front round 10 F3).
+/// What a request's body becomes while its turn runs (its tools parsed, joined to its
+/// catalog and index, written into each provider request; its instructions and input the
+/// same) takes places in one pool, before the turn runs: past it, a 429 that runs nothing.
+/// Uncounted, 128 requests of 3.85 MB of tools held 4.3 GB (front round 10 F3).
 #[test]
 fn requests_heavy_with_tools_past_the_pool_are_refused_before_they_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,10 +262,10 @@ fn requests_heavy_with_tools_past_the_pool_are_refused_before_they_run() {
         .filter(|(s, _)| *s == 429)
         .map(|(_, t)| t)
         .collect();
-    // 512 MiB / (9 × 3.6 MB + the echo): about 14 at once; the rest refused.
+    // 512 MiB / (9 × 3.6 MB of body + the echo): about 14 at once; the rest refused.
     assert!(refused.len() >= 6, "{statuses:?}");
     assert!(
-        refused[0].contains("tools and echoed requests"),
+        refused[0].contains("what is made of their bodies"),
         "{}",
         refused[0]
     );

@@ -144,7 +144,8 @@ async fn create_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
-    let admitted = gw.admit()?;
+    let mut admitted = gw.admit()?;
+    let body_bytes = body.len();
     let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
@@ -180,7 +181,7 @@ async fn create_inner(
             == Some(true),
     };
     // A Chat answer echoes nothing of its request.
-    let held = gw.hold_request(&tools, None)?;
+    let held = gw.hold_request(&mut admitted, body_bytes, None)?;
     let turn = TurnRequest {
         session_key,
         system: system.join("\n\n"),

@@ -148,7 +148,8 @@ async fn create_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::rejected(r.status(), r.body_text()))?;
-    let admitted = gw.admit()?;
+    let mut admitted = gw.admit()?;
+    let body_bytes = body.len();
     let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
     if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
@@ -205,7 +206,8 @@ async fn create_inner(
     // A streamed answer keeps the echo twice to its end: in its encoder and in the
     // completed response waiting to be sent.
     let held = gw.hold_request(
-        &client_tools,
+        &mut admitted,
+        body_bytes,
         Some((&answer.request, if stream { 2 } else { 1 })),
     )?;
     let turn = TurnRequest {

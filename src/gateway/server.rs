@@ -80,34 +80,17 @@ pub const MAX_WAITING_PER_SESSION: usize = 4;
 /// parsed (a map entry, its key and a `Value`).
 const PARSED_VALUE_BYTES: usize = 128;
 
-/// The memory a request's client tools take per byte of their text while its turn runs:
-/// parsed, given to the turn, joined to the request's catalog and its search index, and
-/// written into each provider request as a value and as text. Measured: 128 requests of
-/// 3.85 MB of tools held 33.7 MB each, 4.3 GB in all, outside every pool (front round 10
-/// F3).
-pub const TOOL_COPIES: usize = 9;
+/// The memory a request's body becomes per byte while its turn runs: parsed, its input
+/// the conversation and its instructions the system prompt, its tools joined to the
+/// request's catalog and search index, all of it written into each provider request as a
+/// value and as text. Measured: 128 requests of 3.85 MB of tools held 33.7 MB each, 4.3 GB
+/// in all (front round 10 F3), and 500 of 4 MB instructions 1.1 GB, outside every pool.
+pub const REQUEST_COPIES: usize = 9;
 
-/// What the requests in flight may hold of what is made from them ([`TOOL_COPIES`] of
-/// their tools, the request a response echoes), together: past it, a 429 before the turn
-/// runs.
+/// What the requests in flight may hold of what is made from them ([`REQUEST_COPIES`] of
+/// their bodies, the request a response echoes), together: past it, a 429 before the turn
+/// runs. Sixteen bodies at the 4 MiB bound fill it; an agent's usual few kilobytes, never.
 pub const REQUEST_BYTES_IN_FLIGHT: usize = 512 * 1024 * 1024;
-
-/// The length of `value` written as JSON.
-fn json_bytes(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
 
 /// What the gateway runs with.
 pub struct Gateway {
@@ -297,33 +280,36 @@ impl Gateway {
         Ok(())
     }
 
-    /// Places among the [`REQUEST_BYTES_IN_FLIGHT`] for what a request's turn and response
-    /// make of it: the client's `tools` ([`TOOL_COPIES`] times over) and what the response
-    /// echoes of the request (`echo`, held `echo_copies` times), or a 429 when the requests
-    /// in flight hold that much already. Taken before the turn runs, so a refusal runs
-    /// nothing, and held until the response is sent.
+    /// Places among the [`REQUEST_BYTES_IN_FLIGHT`] for what a request becomes: its body of
+    /// `body_bytes` [`REQUEST_COPIES`] times over while its turn runs (held by `admitted`),
+    /// and what its response echoes of it (`echo`, held `echo_copies` times) until the
+    /// response is sent (returned). A 429 when the requests in flight hold that much
+    /// already; taken before the turn runs, so a refusal runs nothing.
     pub(super) fn hold_request(
         &self,
-        tools: &[Value],
+        admitted: &mut Admitted,
+        body_bytes: usize,
         echo: Option<(&Value, usize)>,
     ) -> Result<crate::agent::Held, ApiError> {
-        let tools_bytes: usize = tools.iter().map(json_bytes).sum();
         let echo_bytes = echo.map_or(0, |(echo, copies)| {
             let text = serde_json::to_vec(echo).unwrap_or_default();
             (text.len() + crate::provider::bounded::count_values(&text) * PARSED_VALUE_BYTES)
                 .saturating_mul(copies)
         });
-        let bytes = tools_bytes
-            .saturating_mul(TOOL_COPIES)
-            .saturating_add(echo_bytes);
-        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let permit = take(&self.request_bytes, kib, || {
+        let kib = |bytes: usize| u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        let (turn, response) = (kib(body_bytes.saturating_mul(REQUEST_COPIES)), kib(echo_bytes));
+        let mut permit = take(&self.request_bytes, turn.saturating_add(response), || {
             format!(
-                "the requests in flight hold {} MiB of tools and echoed requests, the most this gateway holds at once; retry shortly",
+                "the requests in flight hold {} MiB of what is made of their bodies, the most this gateway holds at once; retry shortly",
                 REQUEST_BYTES_IN_FLIGHT >> 20
             )
         })?;
-        Ok(crate::agent::Held::new(permit))
+        let held = match permit.split(response as usize) {
+            Some(part) => crate::agent::Held::new(part),
+            None => crate::agent::Held::default(),
+        };
+        admitted.more.push(permit);
+        Ok(held)
     }
 
     /// A place to send a stored response: one among the requests in flight and one among

@@ -71,7 +71,7 @@ pub struct TurnRequest {
     /// The request's place among the turns in flight ([`Gateway::admit`]), held until
     /// its turn ends.
     pub admitted: super::server::Admitted,
-    /// Places its turn and response hold from the start (what is made of the request:
+    /// Places its response holds from the start (what it echoes of the request:
     /// [`Gateway::hold_request`]), joined to the turn's when it ends.
     pub held: Held,
 }
