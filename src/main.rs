@@ -236,7 +236,7 @@ fn main() -> ExitCode {
                     "error": {"code": e.code(), "message": e.to_string()}
                 }));
             }
-            eprintln!("toolsearch: {e}");
+            toolsearch::shown::to_stderr(&format!("toolsearch: {e}\n"));
             ExitCode::from(e.exit_code() as u8)
         }
     }
@@ -362,7 +362,9 @@ fn read_args(arg: Option<&str>) -> Result<serde_json::Value, Error> {
 fn print_json<T: serde::Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => print_text(&(toolsearch::shown::json_for_terminal(s) + "\n")),
-        Err(e) => eprintln!("toolsearch: cannot serialize output: {e}"),
+        Err(e) => {
+            toolsearch::shown::to_stderr(&format!("toolsearch: cannot serialize output: {e}\n"))
+        }
     }
 }
 
@@ -372,6 +374,6 @@ fn print_text(text: &str) {
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
         && e.kind() != std::io::ErrorKind::BrokenPipe
     {
-        eprintln!("toolsearch: cannot write output: {e}");
+        toolsearch::shown::to_stderr(&format!("toolsearch: cannot write output: {e}\n"));
     }
 }

@@ -6,13 +6,20 @@
 
 use std::borrow::Cow;
 
-/// Whether a terminal acts on `c` instead of showing it: C0 controls but the line feed and
-/// the tab, DEL, C1 controls (U+009B is a one-character CSI), the line and paragraph
-/// separators, and the bidirectional overrides and isolates that reorder what is shown.
+/// Whether a terminal acts on `c` instead of showing it, or shows nothing for it: C0
+/// controls but the line feed and the tab, DEL, C1 controls (U+009B is a one-character
+/// CSI), the line and paragraph separators, the bidirectional marks, overrides and isolates
+/// that reorder what is shown, and the characters that take no room (zero-width spaces and
+/// joiners, the BOM, invisible operators, tags, fillers): `create_issue` with a zero-width
+/// space in it listed beside the real one, the two alike on screen (review 12).
 fn acts(c: char) -> bool {
     matches!(c,
         '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
-        | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        | '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
+        | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}' | '\u{1d173}'..='\u{1d17a}'
+        | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// `text` with every character a terminal would act on written as a visible escape
@@ -42,12 +49,26 @@ pub fn json_for_terminal(json: String) -> String {
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
         if acts(c) {
-            out.push_str(&format!("\\u{:04x}", c as u32));
+            // Past U+FFFF (tags), JSON escapes a character as its surrogate pair.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// Writes `text` to stderr made safe ([`for_terminal`]): the one way anything but the
+/// tracing writer reaches stderr (an architecture test holds to it), so an error naming a
+/// server's stderr or an approval prompt quoting a guest's arguments cannot act on the
+/// terminal (review 12). A failed write is dropped: stderr is where failures would go.
+pub fn to_stderr(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(for_terminal(text).as_bytes());
+    let _ = err.flush();
 }
 
 /// `text` whose every line after the first begins with `indent`: a line of someone
@@ -72,11 +93,16 @@ mod tests {
             "a\\u{1b}[2K\\u{d}b\\u{9b}2J\\u{7}\\u{202e}c"
         );
         assert_eq!(indented("one\ntwo", "  "), "one\n  two");
+        assert_eq!(
+            for_terminal("create\u{200b}_issue\u{feff}\u{e0041}"),
+            "create\\u{200b}_issue\\u{feff}\\u{e0041}"
+        );
     }
 
     #[test]
     fn json_keeps_its_value_with_no_raw_control() {
-        let value = serde_json::json!({"k\u{9b}": "x\u{1b}]52;c;AA\u{7}\u{2028}\u{85}"});
+        let value =
+            serde_json::json!({"k\u{9b}": "x\u{1b}]52;c;AA\u{7}\u{2028}\u{85}\u{e0041}\u{200b}"});
         let safe = json_for_terminal(value.to_string());
         assert!(!safe.chars().any(acts), "{safe}");
         assert_eq!(

@@ -245,3 +245,31 @@ fn no_folder_is_made_in_the_temp_dir_but_by_private_temp_dir() {
         "the temp dir used outside cache::private_temp_dir: {offenders:?}"
     );
 }
+
+/// Text reaches stderr through `shown::to_stderr` (made safe for a terminal) or the tracing
+/// writer: an `eprintln!` of an error that quoted a dead server's stderr, and an approval
+/// prompt that quoted a guest's arguments, set the title and reversed a command on the
+/// screen where a person decides (review 12).
+#[test]
+fn stderr_is_written_only_through_shown() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let root = src();
+    let mut offenders = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&root).unwrap().display().to_string();
+        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+        let writes = code.contains("eprintln!")
+            || code.contains("eprint!")
+            || code
+                .replace("io::stderr().is_terminal()", "")
+                .contains("io::stderr()");
+        if writes && !["shown.rs", "telemetry/stderr.rs"].contains(&rel.as_str()) {
+            offenders.push(rel);
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "stderr written outside src/shown.rs: {offenders:?}"
+    );
+}

@@ -297,7 +297,10 @@ impl Gateway {
                 .saturating_mul(copies)
         });
         let kib = |bytes: usize| u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let (turn, response) = (kib(body_bytes.saturating_mul(REQUEST_COPIES)), kib(echo_bytes));
+        let (turn, response) = (
+            kib(body_bytes.saturating_mul(REQUEST_COPIES)),
+            kib(echo_bytes),
+        );
         let mut permit = take(&self.request_bytes, turn.saturating_add(response), || {
             format!(
                 "the requests in flight hold {} MiB of what is made of their bodies, the most this gateway holds at once; retry shortly",

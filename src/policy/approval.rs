@@ -9,7 +9,7 @@
 //! with a message saying how to approve it.
 
 use std::future::Future;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -114,13 +114,14 @@ impl CliApprover {
     }
 
     fn ask(request: &ApprovalRequest) -> ApprovalDecision {
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
+        // The arguments are the caller's: escaped, and a string's line breaks shown as `\n`
+        // by JSON, so the person deciding sees what will run.
+        crate::shown::to_stderr(&format!(
             "toolsearch: `{}` needs approval (rule: {}).\n  arguments: {}\nAllow this call? [y/N] ",
-            request.id, request.rule, request.args
-        );
-        let _ = err.flush();
+            request.id,
+            request.rule,
+            crate::shown::json_for_terminal(request.args.to_string())
+        ));
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
             Ok(_) if matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {

@@ -163,7 +163,7 @@ impl Plan {
         on(
             Barrier::NetworkNamespace,
             b.network_namespace,
-            "CLONE_NEWUSER | CLONE_NEWNET: no network, and no capability outside the child's own user namespace, root's included".into(),
+            "CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC: no network, no other process's IPC objects, and no capability outside the child's own user namespace, root's included".into(),
         );
         let abi = landlock_abi();
         let landlock_ok = b.landlock && abi >= 1;
@@ -263,9 +263,11 @@ impl Plan {
         // host kept every capability in the host's namespaces (reboot, sethostname, a
         // host-wide fanotify, real-time scheduling) for native code to use (review 11 F5).
         // Its uid is mapped to nothing there, so after exec it has no capability at all.
+        // And an IPC namespace: the host's let native code in a child read and write another
+        // process's 0600 SysV shared memory and queues of the same uid (review 12).
         let unshare_flags = self
             .is_applied(Barrier::NetworkNamespace)
-            .then_some(libc::CLONE_NEWUSER | libc::CLONE_NEWNET);
+            .then_some(libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWIPC);
         Ok(Prepared {
             setsid: b.setsid,
             pdeathsig: b.parent_death_signal,
@@ -417,6 +419,15 @@ fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
         libc::SYS_clone,
         vec![SeccompRule::new(vec![no_thread]).map_err(|e| e.to_string())?],
     );
+    // Limits of another process: allowed by the kernel between processes of one uid
+    // whatever their namespaces, so native code in a child lowered its own host's
+    // RLIMIT_AS and killed it (review 12). Node sets only its own (pid 0).
+    let other_process = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+        .map_err(|e| e.to_string())?;
+    rules.insert(
+        libc::SYS_prlimit64,
+        vec![SeccompRule::new(vec![other_process]).map_err(|e| e.to_string())?],
+    );
     let eperm = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -475,6 +486,13 @@ fn syscall_number(name: &str) -> Option<i64> {
         "execve" => SYS_execve,
         "connect" => SYS_connect,
         "bind" => SYS_bind,
+        "pidfd_open" => SYS_pidfd_open,
+        "pidfd_getfd" => SYS_pidfd_getfd,
+        "pidfd_send_signal" => SYS_pidfd_send_signal,
+        "process_madvise" => SYS_process_madvise,
+        "kcmp" => SYS_kcmp,
+        "migrate_pages" => SYS_migrate_pages,
+        "move_pages" => SYS_move_pages,
         _ => return None,
     })
 }
@@ -495,6 +513,44 @@ mod tests {
             r#"{"name":"process group (setsid)","applied":true,"detail":"d"}"#
         );
         assert_eq!(Barrier::NetworkNamespace.to_string(), "network namespace");
+    }
+
+    /// Native code in a child lowered its own host's limits (prlimit64 is allowed between
+    /// processes of one uid, namespaces or not): the filter refuses another process's
+    /// limits, read or set, and keeps the child's own (review 12).
+    #[test]
+    fn another_process_s_limits_are_refused_and_its_own_are_kept() {
+        use std::os::unix::process::CommandExt;
+        let p = super::super::policy::SandboxPolicy::default_policy().unwrap();
+        let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
+        let run = |args: &[&str]| {
+            let programs = programs.clone();
+            let mut cmd = std::process::Command::new("prlimit");
+            cmd.args(args);
+            // SAFETY: between fork and exec, only syscalls.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    for program in &programs {
+                        seccompiler::apply_filter(program)
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    }
+                    Ok(())
+                });
+            }
+            cmd.output().expect("prlimit (util-linux) runs")
+        };
+        let own = run(&["--nofile"]);
+        assert!(own.status.success(), "{own:?}");
+        let parent = std::process::id().to_string();
+        let other = run(&["--pid", &parent, "--nofile"]);
+        assert!(!other.status.success(), "{other:?}");
+        assert!(
+            String::from_utf8_lossy(&other.stderr).contains("not permitted"),
+            "{other:?}"
+        );
     }
 
     #[test]

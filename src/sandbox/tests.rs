@@ -527,7 +527,11 @@ async fn a_child_holds_no_capability_and_has_its_own_user_namespace() {
             .unwrap_or_else(|| panic!("no {field} in {status}"));
         assert!(line.ends_with("0000000000000000"), "{line}");
     }
-    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).unwrap();
-    assert_ne!(ns(&pid.to_string()), ns("self"));
+    // Its own user, network and IPC namespaces: the host's IPC namespace let native code
+    // read and write another process's SysV shared memory (review 12).
+    for kind in ["user", "net", "ipc"] {
+        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/{kind}")).unwrap();
+        assert_ne!(ns(&pid.to_string()), ns("self"), "{kind}");
+    }
     child.process.kill_now_reap_later();
 }

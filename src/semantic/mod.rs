@@ -275,26 +275,26 @@ impl Model {
             Some(dir) => format!("kept in {}", dir.display()),
             None => "not kept: no cache".to_string(),
         };
-        eprintln!(
-            "toolsearch: embedding {total} tool texts with {} (once; {kept})",
+        crate::shown::to_stderr(&format!(
+            "toolsearch: embedding {total} tool texts with {} (once; {kept})\n",
             self.name
-        );
+        ));
         let started = Instant::now();
         let last = Mutex::new(started);
         let vectors = self.encoder.embed(texts, workers, &|done| {
             let mut last = last.lock();
             if last.elapsed() >= PROGRESS_EVERY && done < total {
                 *last = Instant::now();
-                eprintln!(
-                    "toolsearch: embedded {done}/{total} ({:.0}%)",
+                crate::shown::to_stderr(&format!(
+                    "toolsearch: embedded {done}/{total} ({:.0}%)\n",
                     100.0 * done as f64 / total as f64
-                );
+                ));
             }
         })?;
-        eprintln!(
-            "toolsearch: embedded {total} tool texts in {:.1} s",
+        crate::shown::to_stderr(&format!(
+            "toolsearch: embedded {total} tool texts in {:.1} s\n",
             started.elapsed().as_secs_f64()
-        );
+        ));
         Ok(vectors)
     }
 }
