@@ -220,7 +220,7 @@ impl Dispatcher {
         let hits = match self.catalog().search(query, limit) {
             Ok(hits) => hits,
             Err(e) => {
-                self.log.event(
+                self.log.refusal(
                     "search",
                     json!({"query": logged(query), "limit": limit, "error": e.code()}),
                 );
@@ -259,10 +259,12 @@ impl Dispatcher {
             .catalog()
             .describe(tool)
             .map_err(|e| with_recovery_hint(e, caller));
-        self.log.event(
-            "describe",
-            json!({"requested": logged(tool), "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)}),
-        );
+        let event = json!({"requested": logged(tool), "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)});
+        if d.is_ok() {
+            self.log.event("describe", event);
+        } else {
+            self.log.refusal("describe", event);
+        }
         d
     }
 
@@ -328,7 +330,7 @@ impl Dispatcher {
             Ok(e) => e,
             Err(e) => {
                 let e = with_recovery_hint(e, request.caller);
-                self.log.event(
+                self.log.refusal(
                     "call",
                     json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)}),
                 );
@@ -342,7 +344,10 @@ impl Dispatcher {
         );
         let mut args = std::mem::take(&mut request.args);
         if let Err(e) = self.validators.check(entry, &args) {
-            self.log_call(entry, &call_id, &request, e.code(), started, None);
+            self.log.refusal(
+                "call",
+                call_event(entry, &call_id, &request, e.code(), started, None),
+            );
             return Err(e);
         }
         // From here the call may wait (an approval, the hook lock), run a before-hook (which

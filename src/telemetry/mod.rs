@@ -104,6 +104,32 @@ pub struct SessionLog {
     /// The open file, `None` inside while released; `None` outside when disabled.
     file: Option<parking_lot::Mutex<Option<File>>>,
     seq: AtomicU64,
+    /// What [`SessionLog::refusal`] may still write.
+    refusals: parking_lot::Mutex<Refusals>,
+}
+
+/// Refusals written at most [`REFUSALS_PER_SECOND`] (after a burst of [`REFUSAL_BURST`]),
+/// the rest counted: requests that ran nothing cost a caller nothing, and 300,000 of them
+/// in 50 s rotated a session's log twice and took with it the record of a call that had run
+/// (review 12). Calls that ran are always written.
+pub const REFUSALS_PER_SECOND: f64 = 50.0;
+pub const REFUSAL_BURST: f64 = 500.0;
+
+#[derive(Debug)]
+struct Refusals {
+    tokens: f64,
+    at: std::time::Instant,
+    unwritten: u64,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals {
+            tokens: REFUSAL_BURST,
+            at: std::time::Instant::now(),
+            unwritten: 0,
+        }
+    }
 }
 
 impl SessionLog {
@@ -122,6 +148,7 @@ impl SessionLog {
             path: Some(path),
             file: Some(parking_lot::Mutex::new(Some(file))),
             seq: AtomicU64::new(0),
+            refusals: Default::default(),
         })
     }
 
@@ -136,6 +163,7 @@ impl SessionLog {
             path: Some(dir.join(session_file_name(file))),
             file: Some(parking_lot::Mutex::new(None)),
             seq: AtomicU64::new(0),
+            refusals: Default::default(),
         })
     }
 
@@ -159,6 +187,7 @@ impl SessionLog {
             path: None,
             file: None,
             seq: AtomicU64::new(0),
+            refusals: Default::default(),
         }
     }
 
@@ -168,6 +197,32 @@ impl SessionLog {
 
     pub fn session(&self) -> &str {
         &self.session
+    }
+
+    /// Appends the event of a request refused before anything ran (a search or describe
+    /// that failed, a call to no tool or with arguments its schema refuses), unless this
+    /// session's refusals are past their rate: then it is counted, and the next one
+    /// written says how many were not (`refusals_not_written`).
+    pub fn refusal(&self, event: &str, mut fields: Value) {
+        let unwritten = {
+            let mut r = self.refusals.lock();
+            let now = std::time::Instant::now();
+            let elapsed = now.duration_since(r.at).as_secs_f64();
+            r.tokens = (r.tokens + elapsed * REFUSALS_PER_SECOND).min(REFUSAL_BURST);
+            r.at = now;
+            if r.tokens < 1.0 {
+                r.unwritten += 1;
+                return;
+            }
+            r.tokens -= 1.0;
+            std::mem::take(&mut r.unwritten)
+        };
+        if unwritten > 0
+            && let Some(obj) = fields.as_object_mut()
+        {
+            obj.insert("refusals_not_written".into(), json!(unwritten));
+        }
+        self.event(event, fields);
     }
 
     /// Appends one event: `{"ts_ms", "session", "seq", "event", ...fields}`. A failed write
@@ -330,6 +385,37 @@ pub fn new_session_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flood of refusals is written at its rate and counted past it; what ran is always
+    /// written, and the next refusal written says how many were not.
+    #[test]
+    fn refusals_past_their_rate_are_counted_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SessionLog::open(dir.path(), "flood").unwrap();
+        let lines = || {
+            std::fs::read_to_string(log.path().unwrap())
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        };
+        for i in 0..3000 {
+            log.refusal("call", json!({"requested": format!("nope{i}")}));
+        }
+        let written = lines().len();
+        assert!((500..1500).contains(&written), "{written}");
+        log.event("call", json!({"id": "ran"}));
+        assert_eq!(lines().last().unwrap()["id"], "ran");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        log.refusal("call", json!({"requested": "after"}));
+        let last = lines().pop().unwrap();
+        assert_eq!(last["requested"], "after");
+        assert_eq!(
+            last["refusals_not_written"].as_u64().unwrap() as usize + written,
+            3000,
+            "{last}"
+        );
+    }
 
     #[test]
     fn events_are_whole_lines_with_sequence_numbers() {
