@@ -148,6 +148,8 @@ async fn create_inner(
     let body_bytes = body.len();
     let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
+    // Parsed: the text is not kept for the turn (two copies lived as long as it did).
+    drop(body);
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let (input, system) = chat_messages(&request.messages, &mut budget)?;
     let legacy = request.tools.is_none() && request.functions.is_some();
@@ -194,7 +196,10 @@ async fn create_inner(
         admitted,
         held,
     };
-    if request.stream != Some(true) {
+    let stream = request.stream == Some(true);
+    // What the turn and the answer need is taken from it.
+    drop(request);
+    if !stream {
         let Running { turn, cancel, .. } = gw.start(turn, None).await?;
         let result = settled(turn.await);
         drop(cancel);

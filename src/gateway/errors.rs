@@ -89,6 +89,14 @@ impl ApiError {
         self
     }
 
+    /// Not to be retried as it is: the turn's tools ran (`x-should-retry: false`, no
+    /// `Retry-After`).
+    pub fn no_retry(mut self) -> Self {
+        self.0.retry_after = None;
+        self.0.should_retry = Some(false);
+        self
+    }
+
     pub fn code(mut self, code: &str) -> Self {
         self.0.code = Some(code.to_string());
         self
@@ -99,10 +107,8 @@ impl ApiError {
     pub fn of_turn(e: &TurnError) -> Self {
         match e {
             TurnError::AfterCalls { error, .. } => {
-                let mut api = ApiError::of_turn(error);
+                let mut api = ApiError::of_turn(error).no_retry();
                 api.0.message = e.to_string();
-                api.0.retry_after = None;
-                api.0.should_retry = Some(false);
                 api
             }
             TurnError::Provider(m) => {

@@ -36,8 +36,41 @@ pub fn metadata(
         ))
         .param("metadata"));
     }
+    // OpenAI's own bounds: metadata is copied into every round's options, the response
+    // and the stored response, and 4 MB of it cost 28 MB a request (front round 11).
+    if metadata.len() > METADATA_KEYS {
+        return Err(ApiError::bad_request(format!(
+            "metadata: {} keys; at most {METADATA_KEYS} (besides session_key)",
+            metadata.len()
+        ))
+        .param("metadata"));
+    }
+    if let Some((k, v)) = metadata.iter().find(|(k, v)| {
+        k.chars().count() > METADATA_KEY_CHARS
+            || v.as_str()
+                .is_some_and(|v| v.chars().count() > METADATA_VALUE_CHARS)
+    }) {
+        let what = if k.chars().count() > METADATA_KEY_CHARS {
+            format!("the key is longer than {METADATA_KEY_CHARS} characters")
+        } else {
+            format!(
+                "the value is {} characters; at most {METADATA_VALUE_CHARS}",
+                v.as_str().map_or(0, |v| v.chars().count())
+            )
+        };
+        return Err(ApiError::bad_request(format!(
+            "metadata.{}: {what}",
+            crate::catalog::compact::cut(k, METADATA_KEY_CHARS)
+        ))
+        .param("metadata"));
+    }
     Ok((metadata, key))
 }
+
+/// OpenAI's bounds on `metadata`: 16 pairs, keys of 64 characters, values of 512.
+pub const METADATA_KEYS: usize = 16;
+pub const METADATA_KEY_CHARS: usize = 64;
+pub const METADATA_VALUE_CHARS: usize = 512;
 
 /// A tool choice word: `auto`, `none`, `required`.
 fn choice_word(word: &str, field: &str) -> Result<ToolChoice, ApiError> {
@@ -264,6 +297,21 @@ pub fn set_fields(pairs: &[(&str, &Option<Value>)]) -> Map<String, Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn metadata_is_held_to_openais_bounds() {
+        let m = |v: Value| metadata(v.as_object().cloned());
+        let (kept, key) = m(json!({"user_id": "u", "session_key": "s"})).unwrap();
+        assert_eq!((kept.len(), key.as_deref()), (1, Some("s")));
+        let many: Map<String, Value> = (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let e = metadata(Some(many)).unwrap_err();
+        assert!(e.message.contains("17 keys"), "{}", e.message);
+        let e = m(json!({"big": "x".repeat(513)})).unwrap_err();
+        assert!(e.message.contains("513 characters"), "{}", e.message);
+        let e = m(json!({"k".repeat(65): "v"})).unwrap_err();
+        assert!(e.message.contains("longer than 64"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("metadata"));
+    }
 
     #[test]
     fn tool_choices_of_both_apis() {

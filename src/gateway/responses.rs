@@ -152,6 +152,8 @@ async fn create_inner(
     let body_bytes = body.len();
     let mut budget = gw.budget();
     let request: CreateRequest = budget.body(&body)?;
+    // Parsed: the text is not kept for the turn (two copies lived as long as it did).
+    drop(body);
     if request.conversation.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(ApiError::bad_request(
             "conversation: this gateway keeps no server-side conversations; continue one with previous_response_id or metadata.session_key",
@@ -222,6 +224,8 @@ async fn create_inner(
         admitted,
         held,
     };
+    // What the turn and the answer need is taken from it.
+    drop(request);
     if !stream {
         let running = gw.start(turn, None).await?;
         answer.started(&running);

@@ -210,8 +210,13 @@ impl Sessions {
     }
 
     /// Keeps `messages` as the conversation of `session`, if it is still the session
-    /// `key` names (never into another opened under the same key meanwhile).
+    /// `key` names (never into another opened under the same key meanwhile): its latest
+    /// turns, as many as leave room for a request's input under the bound a turn may send
+    /// ([`kept_turns`]). Kept whole, a turn whose answer took a session past the bound made
+    /// every later request on its key a 400, and each refusal kept it alive (front round
+    /// 11).
     pub fn remember(&self, key: &str, session: &Arc<Session>, messages: &[Message]) {
+        let messages = kept_turns(messages, HISTORY_ROOM);
         let text = serde_json::to_string(messages).unwrap_or_default();
         let bytes = key.len() + SESSION_BYTES + text.len();
         let mut kept = self.kept.lock();
@@ -229,6 +234,32 @@ impl Sessions {
         let kept = self.kept.lock();
         (kept.len(), kept.bytes())
     }
+}
+
+/// The bytes of history a session keeps at most: what a turn may send, less room for the
+/// largest request's input.
+pub const HISTORY_ROOM: usize =
+    crate::agent::MAX_CONVERSATION_BYTES - super::server::MAX_REQUEST_BYTES;
+
+/// The latest turns of `messages` (each from a user message on) that fit in `room` bytes:
+/// the oldest whole turns go first, so no tool result loses its call; none, if the last
+/// alone does not fit.
+pub fn kept_turns(messages: &[Message], room: usize) -> &[Message] {
+    if crate::agent::conversation_bytes(messages) <= room {
+        return messages;
+    }
+    let mut size = 0usize;
+    let mut from = messages.len();
+    for (i, m) in messages.iter().enumerate().rev() {
+        size += crate::agent::conversation_bytes(std::slice::from_ref(m));
+        if size > room {
+            break;
+        }
+        if matches!(m, Message::User { .. }) {
+            from = i;
+        }
+    }
+    &messages[from..]
 }
 
 #[cfg(test)]
@@ -255,6 +286,41 @@ mod tests {
         vec![Message::User {
             content: text.into(),
         }]
+    }
+
+    /// A session past the bound keeps its latest whole turns, so the next request on it
+    /// can be sent (front round 11: every later request was a 400, for ever).
+    #[test]
+    fn a_history_past_its_room_keeps_its_latest_whole_turns() {
+        let turn = |text: &str, answer: usize| {
+            vec![
+                Message::User {
+                    content: text.into(),
+                },
+                Message::Assistant {
+                    content: "a".repeat(answer),
+                    tool_calls: Vec::new(),
+                },
+            ]
+        };
+        let mut all = turn("one", 10);
+        all.extend(turn("two", 600));
+        all.extend(turn("three", 300));
+        assert_eq!(kept_turns(&all, 10_000).len(), 6);
+        let kept = kept_turns(&all, 910);
+        assert_eq!(kept.len(), 4);
+        assert!(matches!(&kept[0], Message::User { content } if content == "two"));
+        assert_eq!(kept_turns(&all, 400).len(), 2);
+        assert!(kept_turns(&all, 100).is_empty());
+
+        let sessions = Sessions::new(10, Duration::from_secs(60));
+        let s = open(&sessions, "k");
+        let mut big = turn("huge", HISTORY_ROOM);
+        sessions.remember("k", &s, &big);
+        assert!(read(&sessions, "k").is_empty());
+        big.extend(turn("small", 10));
+        sessions.remember("k", &s, &big);
+        assert_eq!(read(&sessions, "k").len(), 2);
     }
 
     #[test]

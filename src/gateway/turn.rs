@@ -112,17 +112,19 @@ pub fn settled(
     joined: Result<Result<TurnOutcome, TurnError>, tokio::task::JoinError>,
 ) -> Result<TurnOutcome, ApiError> {
     match joined {
+        // Whether its tools ran is not known: asking again may run them twice.
         Err(e) => {
             tracing::error!("a gateway turn failed: {e}");
-            Err(ApiError::internal(
-                "the turn failed inside the gateway; see its log",
-            ))
+            Err(ApiError::internal("the turn failed inside the gateway; see its log").no_retry())
         }
         Ok(Err(e)) => Err(ApiError::of_turn(&e)),
-        Ok(Ok(o)) if o.stop == Stop::Aborted => Err(ApiError::unavailable(
-            "the turn was aborted: the gateway is shutting down",
-        )
-        .code("aborted")),
+        Ok(Ok(o)) if o.stop == Stop::Aborted => {
+            let e = ApiError::unavailable("the turn was aborted: the gateway is shutting down")
+                .code("aborted");
+            // After its tools ran, an SDK's retry on a restarted gateway ran them again
+            // (front round 11).
+            Err(if o.calls.is_empty() { e } else { e.no_retry() })
+        }
         Ok(Ok(o)) => Ok(o),
     }
 }
@@ -592,6 +594,33 @@ fn check_declared_once(planned: &Planned) -> Result<(), ApiError> {
 mod tests {
     use super::*;
     use crate::provider::ToolCall;
+
+    /// A turn aborted (the gateway stopping) after its tools ran is not to be retried as
+    /// it is: an SDK's retry on a restarted gateway ran them again (front round 11).
+    #[test]
+    fn an_aborted_turn_says_whether_it_may_be_retried() {
+        let aborted = |calls: Vec<crate::agent::CallRecord>| TurnOutcome {
+            text: String::new(),
+            stop: Stop::Aborted,
+            rounds: 1,
+            calls,
+            messages: Vec::new(),
+            pending: Vec::new(),
+            usage: None,
+            held: Default::default(),
+        };
+        let e = settled(Ok(Ok(aborted(Vec::new())))).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.should_retry), (503, None));
+        let ran = crate::agent::CallRecord {
+            round: 1,
+            name: "tool_call".into(),
+            tool_id: Some("openclaw:core:create_issue".into()),
+            is_error: false,
+        };
+        let e = settled(Ok(Ok(aborted(vec![ran])))).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.should_retry), (503, Some(false)));
+        assert_eq!(e.code.as_deref(), Some("aborted"));
+    }
 
     fn call(id: &str, name: &str) -> ToolCall {
         ToolCall {

@@ -105,17 +105,13 @@ pub async fn serve(
 ) -> io::Result<()> {
     let guard = Arc::new(guard);
     let open = Arc::new(Semaphore::new(limits.connections));
+    let idle = Arc::new(Idle::default());
     let stopping = CancellationToken::new();
     let dropping = CancellationToken::new();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            _ = &mut stop => break,
-            permit = Arc::clone(&open).acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
+        // One connection taken at a time: with every place taken, it waits below for one,
+        // and the next ones in the listen backlog.
         let stream = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
@@ -129,20 +125,50 @@ pub async fn serve(
                 }
             },
         };
+        // A connection is waiting and every place is taken: the connection idle longest
+        // (no request in flight on it) is closed to make room. Kept until their head
+        // timeout, idle connections held every place, and a client that reopened each one
+        // closed kept honest requests out for good (front round 11: 1,000 idle sockets,
+        // honest requests timed out unaccepted).
+        let permit = match Arc::clone(&open).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                idle.close_the_longest();
+                tokio::select! {
+                    _ = &mut stop => break,
+                    permit = Arc::clone(&open).acquire_owned() => match permit {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
         let app = app.clone();
         let guard = Arc::clone(&guard);
+        let conn_state = idle.open();
+        let busy_state = Arc::clone(&conn_state);
         let service =
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                // Busy from its head to the end of its response's body.
+                let busy = Busy::of(&busy_state);
                 let refused =
                     guard.check_request(request.method(), request.uri(), request.headers());
                 let request = request.map(|b| axum::body::Body::new(Deadline::new(b, limits.body)));
                 let mut app = app.clone();
                 let answer = guard.answer;
                 async move {
-                    match refused {
+                    let response = match refused {
                         Ok(()) => tower_service::Service::call(&mut app, request).await,
                         Err(refusal) => Ok(answer(refusal)),
-                    }
+                    };
+                    response.map(|r| {
+                        r.map(|body| {
+                            axum::body::Body::new(BusyBody {
+                                inner: body,
+                                _busy: busy,
+                            })
+                        })
+                    })
                 }
             });
         let (stopping, dropping) = (stopping.clone(), dropping.clone());
@@ -160,12 +186,15 @@ pub async fn serve(
             let conn = builder.serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
             let mut left = std::pin::pin!(client_left(stream));
+            let closed = conn_state.close.clone();
             tokio::select! {
                 served = conn.as_mut() => {
                     if let Err(e) = served {
                         tracing::debug!("connection ended: {e}");
                     }
                 }
+                // Idle longest when every place was taken (see the accept loop).
+                () = closed.cancelled() => tracing::debug!("an idle connection closed to make room"),
                 // Dropping the connection drops the request's handler with it.
                 () = left.as_mut() => tracing::debug!("the client closed its connection"),
                 _ = stopping.cancelled() => {
@@ -178,6 +207,7 @@ pub async fn serve(
                 }
             }
             drop(permit);
+            drop(conn_state);
         });
     }
     stopping.cancel();
@@ -195,6 +225,106 @@ pub async fn serve(
         let _all = open.acquire_many(all).await;
     }
     Ok(())
+}
+
+/// The open connections, for closing the one idle longest when every place is taken.
+#[derive(Default)]
+struct Idle {
+    open: parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Weak<Conn>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// One open connection: its requests in flight, since when it has had none, and how to
+/// close it.
+struct Conn {
+    number: u64,
+    busy: std::sync::atomic::AtomicUsize,
+    idle_since: parking_lot::Mutex<Instant>,
+    close: CancellationToken,
+    all: std::sync::Weak<Idle>,
+}
+
+impl Idle {
+    fn open(self: &Arc<Self>) -> Arc<Conn> {
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            number,
+            busy: Default::default(),
+            idle_since: parking_lot::Mutex::new(Instant::now()),
+            close: CancellationToken::new(),
+            all: Arc::downgrade(self),
+        });
+        self.open.lock().insert(number, Arc::downgrade(&conn));
+        conn
+    }
+
+    /// Closes the connection with no request in flight that has been idle longest, if any.
+    fn close_the_longest(&self) {
+        let open = self.open.lock();
+        let longest = open
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|c| {
+                c.busy.load(std::sync::atomic::Ordering::SeqCst) == 0 && !c.close.is_cancelled()
+            })
+            .min_by_key(|c| *c.idle_since.lock());
+        if let Some(conn) = longest {
+            conn.close.cancel();
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(all) = self.all.upgrade() {
+            all.open.lock().remove(&self.number);
+        }
+    }
+}
+
+/// A request in flight on a connection, from its head to its response's last byte.
+struct Busy(Arc<Conn>);
+
+impl Busy {
+    fn of(conn: &Arc<Conn>) -> Self {
+        conn.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(Arc::clone(conn))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock() = Instant::now();
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection busy until it is sent or dropped.
+struct BusyBody {
+    inner: axum::body::Body,
+    _busy: Busy,
+}
+
+impl HttpBody for BusyBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// How often a connection whose unread bytes keep it readable is looked at again for its
@@ -700,10 +830,17 @@ mod tests {
         stop.cancel();
     }
 
+    /// Over the cap, a connection waits while every place has a request in flight (an idle
+    /// one would be closed for it: see the test above).
     #[tokio::test]
     async fn connections_over_the_cap_wait_until_one_closes() {
-        let (addr, stop, _) = server(limits(1), None).await;
-        let held = TcpStream::connect(addr).await.unwrap();
+        let hung = Arc::new(tokio::sync::Notify::new());
+        let (addr, stop, _) = server(limits(1), Some(Arc::clone(&hung))).await;
+        let mut held = TcpStream::connect(addr).await.unwrap();
+        held.write_all(b"GET /hang HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        hung.notified().await;
         let mut waiting = TcpStream::connect(addr).await.unwrap();
         let answer = tokio::spawn(async move { get(&mut waiting).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -741,6 +878,32 @@ mod tests {
         assert!(out.contains("not sent within"), "{out}");
         // The one connection allowed is free again.
         assert!(answered(addr).await);
+        stop.cancel();
+    }
+
+    /// Every place taken by connections that send nothing: the one idle longest is closed
+    /// for a new one, so an honest request is answered at once, not after the idle ones'
+    /// head timeout; one with a request in flight is never closed for it.
+    #[tokio::test]
+    async fn idle_connections_make_room_for_new_ones_and_busy_ones_stay() {
+        let hung = Arc::new(tokio::sync::Notify::new());
+        let (addr, stop, _) = server(limits(3), Some(Arc::clone(&hung))).await;
+        let mut busy = TcpStream::connect(addr).await.unwrap();
+        busy.write_all(b"GET /hang HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        hung.notified().await;
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        for _ in 0..3 {
+            assert!(answered(addr).await, "idle connections kept a request out");
+        }
+        // The busy one was not closed: its request is still waiting, its socket open.
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(300), busy.read(&mut byte)).await;
+        assert!(read.is_err(), "the busy connection was closed: {read:?}");
         stop.cancel();
     }
 

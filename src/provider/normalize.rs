@@ -482,6 +482,8 @@ struct Partial {
     json: Option<Value>,
     /// Full argument text from a `done` event: wins over the fragments.
     full: Option<String>,
+    /// Responses: its `output_item.done` came (a later one is another item's).
+    item_done: bool,
 }
 
 /// Chat Completions' legacy `function_call` stream has no index; it gets this one.
@@ -521,6 +523,7 @@ impl StreamAssembler {
                             RawArgs::Json(value) => Some(value),
                         },
                         full: None,
+                        item_done: false,
                     };
                 }
                 Ok(())
@@ -664,10 +667,13 @@ impl StreamAssembler {
                 // An item added is a new call, whatever id it reuses: found by its id, a
                 // second call sharing the first's was merged into it and lost (front
                 // round 10 F5). Its deltas and its end go to the newest of that id.
+                // The same for an item done whose call is done already: items that came
+                // only as `done`, sharing an id, were merged into one (front round 11).
                 let found = if kind == "response.output_item.added" {
                     None
                 } else {
                     self.responses_call(item_id.as_deref(), output_index)
+                        .filter(|&at| !self.calls[at].item_done)
                 };
                 let at = match found {
                     Some(at) => at,
@@ -689,6 +695,7 @@ impl StreamAssembler {
                 if call.name.is_empty() {
                     call.name = str_field(Some(item), "name");
                 }
+                call.item_done |= kind == "response.output_item.done";
                 if let Some(arguments) = item.get("arguments").and_then(Value::as_str) {
                     if kind == "response.output_item.done" {
                         call.full = Some(arguments.to_string());
@@ -746,6 +753,7 @@ impl StreamAssembler {
                                 RawArgs::Json(value) => Some(value),
                                 _ => None,
                             },
+                            item_done: true,
                             text: String::new(),
                         });
                     }

@@ -1881,6 +1881,15 @@ fn calls_sharing_an_id_are_each_given_their_own() {
         )
         .unwrap();
     }
+    // Items that come only as `done`, sharing an item id, stay apart too.
+    let mut d = StreamAssembler::new(Provider::OpenaiResponses);
+    for (name, index) in [("x", 0), ("y", 1), ("z", 2)] {
+        d.push(&json!({"type": "response.output_item.done", "output_index": index,
+            "item": {"type": "function_call", "id": "fc", "call_id": "c", "name": name, "arguments": "{}"}}))
+            .unwrap();
+    }
+    let names: Vec<String> = d.finish().unwrap().into_iter().map(|c| c.name).collect();
+    assert_eq!(names, ["x", "y", "z"]);
     let calls = a.finish().unwrap();
     let got: Vec<(&str, &str)> = calls
         .iter()
