@@ -130,19 +130,20 @@ pub async fn serve(
         // timeout, idle connections held every place, and a client that reopened each one
         // closed kept honest requests out for good (front round 11: 1,000 idle sockets,
         // honest requests timed out unaccepted).
-        let permit = match Arc::clone(&open).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                idle.close_the_longest();
-                tokio::select! {
-                    _ = &mut stop => break,
-                    permit = Arc::clone(&open).acquire_owned() => match permit {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                }
+        // Looked at again and again while it waits: a connection idle too briefly to close
+        // now may be idle long enough soon.
+        let permit = loop {
+            if let Ok(p) = Arc::clone(&open).try_acquire_owned() {
+                break Some(p);
+            }
+            idle.close_the_longest();
+            tokio::select! {
+                _ = &mut stop => break None,
+                permit = Arc::clone(&open).acquire_owned() => break permit.ok(),
+                () = tokio::time::sleep(IDLE_BEFORE_CLOSED / 4) => {}
             }
         };
+        let Some(permit) = permit else { break };
         let app = app.clone();
         let guard = Arc::clone(&guard);
         let conn_state = idle.open();
@@ -227,6 +228,11 @@ pub async fn serve(
     Ok(())
 }
 
+/// How long a connection must have been idle before it may be closed for another: a
+/// client sends its request's head in milliseconds of connecting (or of its last answer),
+/// so a connection this idle is waiting, not about to ask.
+pub const IDLE_BEFORE_CLOSED: Duration = Duration::from_secs(1);
+
 /// The open connections, for closing the one idle longest when every place is taken.
 #[derive(Default)]
 struct Idle {
@@ -260,12 +266,20 @@ impl Idle {
 
     /// Closes the connection with no request in flight that has been idle longest, if any.
     fn close_the_longest(&self) {
-        let open = self.open.lock();
-        let longest = open
+        // Taken out of the lock first: a connection whose task ends meanwhile is dropped
+        // here, and its `Drop` takes the lock (taken still, it waited on itself for ever).
+        let open: Vec<Arc<Conn>> = self
+            .open
+            .lock()
             .values()
             .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        let longest = open
+            .iter()
             .filter(|c| {
-                c.busy.load(std::sync::atomic::Ordering::SeqCst) == 0 && !c.close.is_cancelled()
+                c.busy.load(std::sync::atomic::Ordering::SeqCst) == 0
+                    && !c.close.is_cancelled()
+                    && c.idle_since.lock().elapsed() >= IDLE_BEFORE_CLOSED
             })
             .min_by_key(|c| *c.idle_since.lock());
         if let Some(conn) = longest {
@@ -826,6 +840,45 @@ mod tests {
         let mut buf = Vec::new();
         let ended = tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut buf)).await;
         assert!(ended.is_ok(), "the half-sent request was never cut");
+        assert!(answered(addr).await);
+        stop.cancel();
+    }
+
+    /// Connections opened and closed as fast as they can, over the cap, while honest
+    /// requests come: closing the idle ones for new ones must never stall the accept loop
+    /// (a connection whose task ended while the loop looked for the idle longest was dropped
+    /// under the lock its `Drop` takes, and the server stopped accepting for good).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_churn_of_idle_connections_never_stalls_the_server() {
+        let (addr, stop, _) = server(limits(4), None).await;
+        let until = Instant::now() + Duration::from_secs(3);
+        let churn: Vec<_> = (0..16)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut held = Vec::new();
+                    while Instant::now() < until {
+                        if let Ok(c) = TcpStream::connect(addr).await {
+                            held.push(c);
+                        }
+                        if held.len() > 3 {
+                            held.remove(0);
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        while Instant::now() < until {
+            let mut fine = TcpStream::connect(addr).await.unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(60), get(&mut fine)).await;
+            assert!(
+                matches!(&got, Ok(a) if a.ends_with("ok")),
+                "the server stopped answering under churn: {got:?}"
+            );
+        }
+        for c in churn {
+            c.await.unwrap();
+        }
         assert!(answered(addr).await);
         stop.cancel();
     }
