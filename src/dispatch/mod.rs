@@ -452,6 +452,19 @@ impl Dispatcher {
         self.counters.executed(&entry.id, entry.descriptor.source);
         let mut result = ToolResult::new(output.text, output.details, output.is_error);
         let mut stop_after_batch = false;
+        // Its caller stopped waiting while the tool ran: `aborted`, whichever saw it first
+        // (the executor ending on the cancel, or the call being dropped); by the executor's
+        // own error, a loaded machine logged the same call as `tool-error`.
+        if request.cancel.is_cancelled() {
+            unlogged.armed = false;
+            self.log_aborted(&unlogged);
+            return Ok(Envelope {
+                tool: entry.compact.clone(),
+                call_id,
+                result,
+                stop_after_batch,
+            });
+        }
 
         unlogged.stage = "after-hooks";
         if !self.after.is_empty() {
