@@ -220,7 +220,7 @@ impl Dispatcher {
         let hits = match self.catalog().search(query, limit) {
             Ok(hits) => hits,
             Err(e) => {
-                self.log.refusal(
+                self.log.no_effect(
                     "search",
                     json!({"query": logged(query), "limit": limit, "error": e.code()}),
                 );
@@ -228,7 +228,7 @@ impl Dispatcher {
             }
         };
         self.counters.searched(1);
-        self.log.event(
+        self.log.no_effect(
             "search",
             json!({"query": logged(query), "limit": limit, "ids": hits.iter().map(|h| &h.id).collect::<Vec<_>>()}),
         );
@@ -239,11 +239,11 @@ impl Dispatcher {
     pub fn search_batch(&self, queries: &[BatchQuery]) -> Result<BatchResult> {
         let result = self.catalog().search_batch(queries)?;
         self.counters.searched(queries.len() as u64);
-        self.log.event(
+        self.log.no_effect(
             "search",
             json!({
                 "queries": result.results.iter().map(|g| json!({
-                    "query": g.query,
+                    "query": logged(&g.query),
                     "ids": g.candidates.iter().map(|c| &c.id).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
                 "truncated": result.truncated,
@@ -260,11 +260,7 @@ impl Dispatcher {
             .describe(tool)
             .map_err(|e| with_recovery_hint(e, caller));
         let event = json!({"requested": logged(tool), "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)});
-        if d.is_ok() {
-            self.log.event("describe", event);
-        } else {
-            self.log.refusal("describe", event);
-        }
+        self.log.no_effect("describe", event);
         d
     }
 
@@ -330,7 +326,7 @@ impl Dispatcher {
             Ok(e) => e,
             Err(e) => {
                 let e = with_recovery_hint(e, request.caller);
-                self.log.refusal(
+                self.log.no_effect(
                     "call",
                     json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)}),
                 );
@@ -344,7 +340,7 @@ impl Dispatcher {
         );
         let mut args = std::mem::take(&mut request.args);
         if let Err(e) = self.validators.check(entry, &args) {
-            self.log.refusal(
+            self.log.no_effect(
                 "call",
                 call_event(entry, &call_id, &request, e.code(), started, None),
             );

@@ -278,6 +278,9 @@ impl Plan {
                     (libc::RLIMIT_NOFILE, r.nofile),
                     (libc::RLIMIT_FSIZE, r.fsize),
                     (libc::RLIMIT_CORE, r.core),
+                    // Queued signals are counted per user: a child took all 96,362 of its
+                    // user's (review 13).
+                    (libc::RLIMIT_SIGPENDING, 64),
                     (libc::RLIMIT_CPU, cpu_seconds + r.cpu_margin_s),
                 ];
                 if self.is_applied(Barrier::AddressSpace) {
@@ -428,6 +431,31 @@ fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
         libc::SYS_prlimit64,
         vec![SeccompRule::new(vec![other_process]).map_err(|e| e.to_string())?],
     );
+    // The same for priority, scheduling, CPU affinity and I/O priority: a non-root host's
+    // child reniced, idled and pinned its own host and every process of its user, for
+    // good (review 13). Each on the caller itself (id 0) stays allowed.
+    let by_id = |arg: u8| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| e.to_string())
+    };
+    for nr in [
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+    ] {
+        rules.insert(nr, vec![by_id(0)?]);
+    }
+    // setpriority(which, who) and ioprio_set(which, who): anything but the caller's own
+    // process (which 0 = PRIO_PROCESS / IOPRIO_WHO_PROCESS 1, who 0).
+    let which_not = |value: u64| {
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, value)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| e.to_string())
+    };
+    rules.insert(libc::SYS_setpriority, vec![which_not(0)?, by_id(1)?]);
+    rules.insert(libc::SYS_ioprio_set, vec![which_not(1)?, by_id(1)?]);
     let eperm = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -493,6 +521,13 @@ fn syscall_number(name: &str) -> Option<i64> {
         "kcmp" => SYS_kcmp,
         "migrate_pages" => SYS_migrate_pages,
         "move_pages" => SYS_move_pages,
+        "inotify_init" => SYS_inotify_init,
+        "inotify_init1" => SYS_inotify_init1,
+        "inotify_add_watch" => SYS_inotify_add_watch,
+        "fanotify_init" => SYS_fanotify_init,
+        "timer_create" => SYS_timer_create,
+        "rt_sigqueueinfo" => SYS_rt_sigqueueinfo,
+        "rt_tgsigqueueinfo" => SYS_rt_tgsigqueueinfo,
         _ => return None,
     })
 }
@@ -525,7 +560,11 @@ mod tests {
         let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
         let run = |args: &[&str]| {
             let programs = programs.clone();
-            let mut cmd = std::process::Command::new("prlimit");
+            let (program, args) = match args {
+                ["renice", rest @ ..] => ("renice", rest),
+                _ => ("prlimit", args),
+            };
+            let mut cmd = std::process::Command::new(program);
             cmd.args(args);
             // SAFETY: between fork and exec, only syscalls.
             unsafe {
@@ -551,6 +590,9 @@ mod tests {
             String::from_utf8_lossy(&other.stderr).contains("not permitted"),
             "{other:?}"
         );
+        // Nor another process's priority (review 13: a child reniced its own host).
+        let renice = run(&["renice", "-n", "0", "-p", &parent]);
+        assert!(!renice.status.success(), "{renice:?}");
     }
 
     #[test]

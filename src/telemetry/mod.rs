@@ -104,14 +104,14 @@ pub struct SessionLog {
     /// The open file, `None` inside while released; `None` outside when disabled.
     file: Option<parking_lot::Mutex<Option<File>>>,
     seq: AtomicU64,
-    /// What [`SessionLog::refusal`] may still write.
+    /// What [`SessionLog::no_effect`] may still write.
     refusals: parking_lot::Mutex<Refusals>,
 }
 
-/// Refusals written at most [`REFUSALS_PER_SECOND`] (after a burst of [`REFUSAL_BURST`]),
-/// the rest counted: requests that ran nothing cost a caller nothing, and 300,000 of them
-/// in 50 s rotated a session's log twice and took with it the record of a call that had run
-/// (review 12). Calls that ran are always written.
+/// Events of requests that acted on nothing written at most [`REFUSALS_PER_SECOND`] (after
+/// a burst of [`REFUSAL_BURST`]), the rest counted: such requests cost a caller nothing,
+/// and 300,000 refusals in 50 s rotated a session's log twice and took with it the record
+/// of a call that had run (review 12). Calls that ran are always written.
 pub const REFUSALS_PER_SECOND: f64 = 50.0;
 pub const REFUSAL_BURST: f64 = 500.0;
 
@@ -199,11 +199,12 @@ impl SessionLog {
         &self.session
     }
 
-    /// Appends the event of a request refused before anything ran (a search or describe
-    /// that failed, a call to no tool or with arguments its schema refuses), unless this
-    /// session's refusals are past their rate: then it is counted, and the next one
-    /// written says how many were not (`refusals_not_written`).
-    pub fn refusal(&self, event: &str, mut fields: Value) {
+    /// Appends the event of a request that acted on nothing (a search, a describe, a call
+    /// refused before anything ran), unless this session's such events are past their
+    /// rate: then it is counted, and the next one written says how many were not
+    /// (`events_not_written`). Rate-limited refusals alone, 2,300 runs of successful
+    /// searches still pushed a call that ran out of the log (review 13).
+    pub fn no_effect(&self, event: &str, mut fields: Value) {
         let unwritten = {
             let mut r = self.refusals.lock();
             let now = std::time::Instant::now();
@@ -220,7 +221,7 @@ impl SessionLog {
         if unwritten > 0
             && let Some(obj) = fields.as_object_mut()
         {
-            obj.insert("refusals_not_written".into(), json!(unwritten));
+            obj.insert("events_not_written".into(), json!(unwritten));
         }
         self.event(event, fields);
     }
@@ -400,18 +401,18 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         for i in 0..3000 {
-            log.refusal("call", json!({"requested": format!("nope{i}")}));
+            log.no_effect("call", json!({"requested": format!("nope{i}")}));
         }
         let written = lines().len();
         assert!((500..1500).contains(&written), "{written}");
         log.event("call", json!({"id": "ran"}));
         assert_eq!(lines().last().unwrap()["id"], "ran");
         std::thread::sleep(std::time::Duration::from_millis(100));
-        log.refusal("call", json!({"requested": "after"}));
+        log.no_effect("call", json!({"requested": "after"}));
         let last = lines().pop().unwrap();
         assert_eq!(last["requested"], "after");
         assert_eq!(
-            last["refusals_not_written"].as_u64().unwrap() as usize + written,
+            last["events_not_written"].as_u64().unwrap() as usize + written,
             3000,
             "{last}"
         );
