@@ -519,6 +519,15 @@ impl Agent {
                 out.send(&reply.text).await;
             }
             said |= !reply.text.is_empty();
+            crate::provider::normalize::unique_ids(
+                &mut reply.tool_calls,
+                messages.iter().flat_map(|m| match m {
+                    Message::Assistant { tool_calls, .. } => {
+                        tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>()
+                    }
+                    _ => Vec::new(),
+                }),
+            );
             Arc::make_mut(&mut messages).push(Message::Assistant {
                 content: std::mem::take(&mut reply.text),
                 tool_calls: reply.tool_calls.clone(),

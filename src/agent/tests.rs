@@ -801,3 +801,24 @@ async fn each_round_shares_the_turns_conversation() {
     assert_eq!(e.calls_run(), 0);
     assert!(!e.to_string().contains("asking again"), "{e}");
 }
+
+/// A provider that numbers each answer's calls from `call_1` repeats ids across rounds:
+/// each round's call gets an id the conversation does not hold yet (front round 12).
+#[tokio::test]
+async fn call_ids_repeated_across_rounds_are_made_unique() {
+    let (a, _) = agent(Mode::Direct);
+    let script = Script::new(vec![
+        calls(&[("create_issue", json!({"title": "a"}))]),
+        calls(&[("create_issue", json!({"title": "b"}))]),
+    ]);
+    let o = turn(&a, &script).await.unwrap();
+    let ids: Vec<&str> = o
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["call_1", "call_1_2"]);
+}

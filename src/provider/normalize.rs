@@ -309,7 +309,7 @@ fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    unique_ids(&mut calls);
+    unique_ids(&mut calls, []);
     Ok(calls)
 }
 
@@ -317,8 +317,10 @@ fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
 /// one made for a call without) had both reach the client, whose two answers were then
 /// refused for ever as one call answered twice (front round 10 F5). A repeated id gets
 /// `_2`, `_3`... (the first keeps its own); the model is sent the calls under these ids.
-fn unique_ids(calls: &mut [ToolCall]) {
-    let mut seen: HashSet<String> = HashSet::new();
+/// `taken` are ids the conversation holds already: a provider that numbers each answer's
+/// calls from `call_1` repeated them every round (front round 12).
+pub fn unique_ids<'a>(calls: &mut [ToolCall], taken: impl IntoIterator<Item = &'a str>) {
+    let mut seen: HashSet<String> = taken.into_iter().map(str::to_string).collect();
     for call in calls.iter_mut() {
         if seen.insert(call.id.clone()) {
             continue;
