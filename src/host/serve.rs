@@ -140,7 +140,7 @@ pub async fn serve(
             tokio::select! {
                 _ = &mut stop => break None,
                 permit = Arc::clone(&open).acquire_owned() => break permit.ok(),
-                () = tokio::time::sleep(IDLE_BEFORE_CLOSED / 4) => {}
+                () = tokio::time::sleep(NEVER_ASKED_BEFORE_CLOSED / 2) => {}
             }
         };
         let Some(permit) = permit else { break };
@@ -294,12 +294,25 @@ impl Idle {
             .values()
             .filter_map(std::sync::Weak::upgrade)
             .collect();
-        let longest = open
+        let ranked: Vec<(u8, Instant, bool, &Arc<Conn>)> = open
             .iter()
             .filter(|c| !c.close.is_cancelled())
-            .filter_map(|c| c.closable().map(|key| (key, c)))
-            .min_by_key(|(key, _)| *key);
-        if let Some((_, conn)) = longest {
+            .filter_map(|c| {
+                c.closable()
+                    .map(|(class, since, due)| (class, since, due, c))
+            })
+            .collect();
+        // Only the first class there is: a kept-alive client is never closed while a
+        // connection that never asked is open, however young (a flood's sockets, reopened
+        // as fast as closed, were always too young, and the honest one went instead).
+        let Some(first) = ranked.iter().map(|r| r.0).min() else {
+            return;
+        };
+        let longest = ranked
+            .iter()
+            .filter(|r| r.0 == first && r.2)
+            .min_by_key(|r| r.1);
+        if let Some((_, _, _, conn)) = longest {
             conn.close.cancel();
         }
     }
@@ -314,7 +327,7 @@ impl Conn {
     /// sockets, reopened as fast as closed, were always too young, and the one closed was
     /// an honest client's kept-alive connection between two calls; and heads sent with a
     /// body never sent counted as busy, so 512 of them held every place (front round 12).
-    fn closable(&self) -> Option<(u8, Instant)> {
+    fn closable(&self) -> Option<(u8, Instant, bool)> {
         use std::sync::atomic::Ordering::SeqCst;
         let (busy, receiving) = (self.busy.load(SeqCst), self.receiving.load(SeqCst));
         let (class, since, grace) = if busy == 0 && self.answered.load(SeqCst) == 0 {
@@ -326,7 +339,7 @@ impl Conn {
         } else {
             return None;
         };
-        (since.elapsed() >= grace).then_some((class, since))
+        Some((class, since, since.elapsed() >= grace))
     }
 }
 
