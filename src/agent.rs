@@ -521,12 +521,14 @@ impl Agent {
             said |= !reply.text.is_empty();
             crate::provider::normalize::unique_ids(
                 &mut reply.tool_calls,
-                messages.iter().flat_map(|m| match m {
-                    Message::Assistant { tool_calls, .. } => {
-                        tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>()
-                    }
-                    _ => Vec::new(),
-                }),
+                messages
+                    .iter()
+                    .filter_map(|m| match m {
+                        Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                        _ => None,
+                    })
+                    .flatten()
+                    .map(|c| c.id.as_str()),
             );
             Arc::make_mut(&mut messages).push(Message::Assistant {
                 content: std::mem::take(&mut reply.text),

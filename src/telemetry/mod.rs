@@ -105,27 +105,28 @@ pub struct SessionLog {
     file: Option<parking_lot::Mutex<Option<File>>>,
     seq: AtomicU64,
     /// What [`SessionLog::no_effect`] may still write.
-    refusals: parking_lot::Mutex<Refusals>,
+    no_effect: parking_lot::Mutex<NoEffectBudget>,
 }
 
-/// Events of requests that acted on nothing written at most [`REFUSALS_PER_SECOND`] (after
-/// a burst of [`REFUSAL_BURST`]), the rest counted: such requests cost a caller nothing,
+/// Events of requests that acted on nothing (searches, describes, refusals) written at most
+/// [`NO_EFFECT_PER_SECOND`] (after a burst of [`NO_EFFECT_BURST`]), the rest counted: such
+/// requests cost a caller nothing,
 /// and 300,000 refusals in 50 s rotated a session's log twice and took with it the record
 /// of a call that had run (review 12). Calls that ran are always written.
-pub const REFUSALS_PER_SECOND: f64 = 50.0;
-pub const REFUSAL_BURST: f64 = 500.0;
+pub const NO_EFFECT_PER_SECOND: f64 = 50.0;
+pub const NO_EFFECT_BURST: f64 = 500.0;
 
 #[derive(Debug)]
-struct Refusals {
+struct NoEffectBudget {
     tokens: f64,
     at: std::time::Instant,
     unwritten: u64,
 }
 
-impl Default for Refusals {
+impl Default for NoEffectBudget {
     fn default() -> Self {
-        Refusals {
-            tokens: REFUSAL_BURST,
+        NoEffectBudget {
+            tokens: NO_EFFECT_BURST,
             at: std::time::Instant::now(),
             unwritten: 0,
         }
@@ -148,7 +149,7 @@ impl SessionLog {
             path: Some(path),
             file: Some(parking_lot::Mutex::new(Some(file))),
             seq: AtomicU64::new(0),
-            refusals: Default::default(),
+            no_effect: Default::default(),
         })
     }
 
@@ -163,7 +164,7 @@ impl SessionLog {
             path: Some(dir.join(session_file_name(file))),
             file: Some(parking_lot::Mutex::new(None)),
             seq: AtomicU64::new(0),
-            refusals: Default::default(),
+            no_effect: Default::default(),
         })
     }
 
@@ -187,7 +188,7 @@ impl SessionLog {
             path: None,
             file: None,
             seq: AtomicU64::new(0),
-            refusals: Default::default(),
+            no_effect: Default::default(),
         }
     }
 
@@ -206,10 +207,10 @@ impl SessionLog {
     /// searches still pushed a call that ran out of the log (review 13).
     pub fn no_effect(&self, event: &str, mut fields: Value) {
         let unwritten = {
-            let mut r = self.refusals.lock();
+            let mut r = self.no_effect.lock();
             let now = std::time::Instant::now();
             let elapsed = now.duration_since(r.at).as_secs_f64();
-            r.tokens = (r.tokens + elapsed * REFUSALS_PER_SECOND).min(REFUSAL_BURST);
+            r.tokens = (r.tokens + elapsed * NO_EFFECT_PER_SECOND).min(NO_EFFECT_BURST);
             r.at = now;
             if r.tokens < 1.0 {
                 r.unwritten += 1;
