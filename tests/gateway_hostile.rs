@@ -297,43 +297,17 @@ fn an_answer_with_hundreds_of_calls_is_refused_not_run() {
 /// A provider that streams `pieces` text deltas `gap` apart, then completes; when `stall`,
 /// it says nothing more after the first piece and keeps the connection open.
 fn trickling_provider(pieces: usize, gap: std::time::Duration, stall: bool) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        while let Ok((mut s, _)) = listener.accept() {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                let mut got = Vec::new();
-                // The head and a body of some length: enough to know it is all there.
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") || !got.ends_with(b"}") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = s.write_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
-                );
-                for i in 0..pieces {
-                    let delta =
-                        json!({"type": "response.output_text.delta", "delta": format!("p{i} ")});
-                    if s.write_all(format!("data: {delta}\n\n").as_bytes())
-                        .is_err()
-                    {
-                        return;
-                    }
-                    if stall {
-                        std::thread::sleep(std::time::Duration::from_secs(3600));
-                    }
-                    std::thread::sleep(gap);
-                }
-                let done = json!({"type": "response.completed", "response": {"output": []}});
-                let _ = s.write_all(format!("data: {done}\n\n").as_bytes());
-            });
-        }
-    });
-    url
+    let mut events: Vec<Value> = (0..pieces)
+        .map(|i| json!({"type": "response.output_text.delta", "delta": format!("p{i} ")}))
+        .collect();
+    events.push(json!({"type": "response.completed", "response": {"output": []}}));
+    // Stalled: an hour's silence after the first piece, longer than any test.
+    let gap = if stall {
+        std::time::Duration::from_secs(3600)
+    } else {
+        gap
+    };
+    scripted_provider(move |_, _, _| Reply::sse_paced(&events, gap)).0
 }
 
 /// `[provider] timeout_ms` is how long the provider may be silent, not how long an answer

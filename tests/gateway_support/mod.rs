@@ -225,12 +225,14 @@ pub fn session_log(state: &std::path::Path, key: &str) -> Vec<Value> {
 
 /// What a [`scripted_provider`] answers one request with: a status line, headers, a body,
 /// and optionally a chunk written `times` more times after it (a flood, or a line that
-/// never ends). The connection closes after it.
+/// never ends), or pieces written `gap` apart (a stream still arriving, or one that went
+/// quiet). The connection closes after it.
 pub struct Reply {
     pub status: u16,
     pub headers: String,
     pub body: Vec<u8>,
     pub then: Option<(Vec<u8>, usize)>,
+    pub paced: Option<(Vec<Vec<u8>>, std::time::Duration)>,
 }
 
 impl Reply {
@@ -244,6 +246,7 @@ impl Reply {
             headers: format!("content-type: {content_type}\r\n"),
             body: body.into(),
             then: None,
+            paced: None,
         }
     }
 
@@ -251,6 +254,17 @@ impl Reply {
     pub fn sse(events: &[Value]) -> Reply {
         let text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
         Reply::with_type(200, "text/event-stream", text)
+    }
+
+    /// Server-sent events, each written on its own `gap` after the one before.
+    pub fn sse_paced(events: &[Value], gap: std::time::Duration) -> Reply {
+        let mut reply = Reply::with_type(200, "text/event-stream", Vec::new());
+        let pieces = events
+            .iter()
+            .map(|e| format!("data: {e}\n\n").into_bytes())
+            .collect();
+        reply.paced = Some((pieces, gap));
+        reply
     }
 
     pub fn header(mut self, line: &str) -> Reply {
@@ -292,9 +306,10 @@ pub fn scripted_provider(
                     .to_string();
                 let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let reply = answer(&path, &head, &json);
-                let length = match reply.then {
-                    None => format!("content-length: {}\r\n", reply.body.len()),
-                    Some(_) => String::new(),
+                let length = if reply.then.is_none() && reply.paced.is_none() {
+                    format!("content-length: {}\r\n", reply.body.len())
+                } else {
+                    String::new()
                 };
                 let head = format!(
                     "HTTP/1.1 {} X\r\n{}{length}connection: close\r\n\r\n",
@@ -306,6 +321,16 @@ pub fn scripted_provider(
                 if let Some((chunk, times)) = reply.then {
                     for _ in 0..times {
                         if s.write_all(&chunk).is_err() {
+                            return;
+                        }
+                    }
+                }
+                if let Some((pieces, gap)) = reply.paced {
+                    for (i, piece) in pieces.iter().enumerate() {
+                        if i > 0 {
+                            std::thread::sleep(gap);
+                        }
+                        if s.write_all(piece).is_err() {
                             return;
                         }
                     }

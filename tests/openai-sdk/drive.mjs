@@ -8,14 +8,9 @@
 // stdout: ONE JSON object, one key per step; a step that throws reports
 //         {"error": {"name", "status", "message"}} in its place. Exit 0 unless the SDK
 //         itself cannot be loaded.
-import OpenAI from "openai";
+import { gatewayClient } from "./client.mjs";
 
-const client = new OpenAI({
-  baseURL: process.argv[2],
-  apiKey: "sk-test-not-a-real-key",
-  maxRetries: 0,
-  timeout: 60_000,
-});
+const client = gatewayClient(0);
 
 const pickFile = {
   type: "function",

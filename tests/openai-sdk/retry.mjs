@@ -5,14 +5,9 @@
 //
 // Usage: node retry.mjs <gateway base URL>
 // stdout: ONE JSON object: {"status", "shouldRetry", "message"} of the error, or {"text"}.
-import OpenAI from "openai";
+import { gatewayClient } from "./client.mjs";
 
-const client = new OpenAI({
-  baseURL: process.argv[2],
-  apiKey: "sk-test-not-a-real-key",
-  maxRetries: 2,
-  timeout: 60_000,
-});
+const client = gatewayClient(2);
 
 try {
   const r = await client.responses.create({ model: "m", input: "search, then fail" });
