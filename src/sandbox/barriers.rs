@@ -3,7 +3,7 @@
 //!
 //! Everything that allocates (the Landlock ruleset, the seccomp programs, the rlimit
 //! values) is built before the fork; inside `pre_exec` only raw system calls run, in the
-//! order measured to work on Linux 6.x here: setsid; rlimits; unshare; the channel to fd 3
+//! order measured to work on Linux 6.x here: setsid; rlimits; unshare; the task limit; the channel to fd 3
 //! and every other fd close-on-exec; parent-death signal; no-new-privileges; Landlock;
 //! seccomp last (it forbids what the steps before it need).
 
@@ -87,6 +87,8 @@ pub struct Prepared {
     no_new_privs: bool,
     unshare_flags: Option<libc::c_int>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    /// RLIMIT_NPROC, set after the unshare (only with a user namespace).
+    tasks: Option<u64>,
     landlock: Option<RulesetCreated>,
     seccomp: Vec<BpfProgram>,
 }
@@ -145,11 +147,12 @@ impl Plan {
             Barrier::Rlimits,
             true,
             format!(
-                "files {}, file size {}, core {}, CPU = deadline + {} s",
+                "files {}, file size {}, core {}, CPU = deadline + {} s, tasks {} (in the child's user namespace; not binding on a root host)",
                 policy.rlimits.nofile,
                 policy.rlimits.fsize,
                 policy.rlimits.core,
-                policy.rlimits.cpu_margin_s
+                policy.rlimits.cpu_margin_s,
+                policy.rlimits.tasks
             ),
         );
         on(
@@ -273,6 +276,7 @@ impl Plan {
             pdeathsig: b.parent_death_signal,
             no_new_privs: b.no_new_privs,
             unshare_flags,
+            tasks: unshare_flags.map(|_| r.tasks),
             rlimits: {
                 let mut limits = vec![
                     (libc::RLIMIT_NOFILE, r.nofile),
@@ -349,6 +353,19 @@ impl Prepared {
             }
             if let Some(flags) = self.unshare_flags {
                 check(libc::unshare(flags))?;
+            }
+            // After the unshare, not before: the kernel counts RLIMIT_NPROC per user
+            // namespace and checks every level up, each against the limit its creator had
+            // when it made the namespace. Set now, it bounds the tasks of this child's own
+            // namespace (its threads) and leaves the user's count in the host's namespace
+            // to the host's limit; set before, it would have been checked against every
+            // process of the user.
+            if let Some(tasks) = self.tasks {
+                let limit = libc::rlimit {
+                    rlim_cur: tasks,
+                    rlim_max: tasks,
+                };
+                check(libc::setrlimit(libc::RLIMIT_NPROC, &limit))?;
             }
         }
         // Before the channel goes to fd 3: the ruleset is an fd of its own, and when fd 3

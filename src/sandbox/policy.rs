@@ -48,6 +48,14 @@ pub struct Rlimits {
     pub fsize: u64,
     pub core: u64,
     pub cpu_margin_s: u64,
+    /// RLIMIT_NPROC, set inside the child's own user namespace (see barriers.rs); older
+    /// policy files without it get the default.
+    #[serde(default = "default_tasks")]
+    pub tasks: u64,
+}
+
+fn default_tasks() -> u64 {
+    64
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -533,5 +533,17 @@ async fn a_child_holds_no_capability_and_has_its_own_user_namespace() {
         let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/{kind}")).unwrap();
         assert_ne!(ns(&pid.to_string()), ns("self"), "{kind}");
     }
+    // A task limit of its own, set inside that namespace (native code made 8,000 threads,
+    // review 13): binding where the host is not root, whatever the user's other processes.
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let tasks = limits
+        .lines()
+        .find(|l| l.starts_with("Max processes"))
+        .unwrap_or_else(|| panic!("no task limit in {limits}"));
+    assert_eq!(
+        tasks.split_whitespace().collect::<Vec<_>>()[2..4],
+        ["64", "64"],
+        "{tasks}"
+    );
     child.process.kill_now_reap_later();
 }
