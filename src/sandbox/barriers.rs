@@ -545,6 +545,24 @@ fn syscall_number(name: &str) -> Option<i64> {
         "timer_create" => SYS_timer_create,
         "rt_sigqueueinfo" => SYS_rt_sigqueueinfo,
         "rt_tgsigqueueinfo" => SYS_rt_tgsigqueueinfo,
+        "shmget" => SYS_shmget,
+        "shmat" => SYS_shmat,
+        "shmctl" => SYS_shmctl,
+        "shmdt" => SYS_shmdt,
+        "msgget" => SYS_msgget,
+        "msgsnd" => SYS_msgsnd,
+        "msgrcv" => SYS_msgrcv,
+        "msgctl" => SYS_msgctl,
+        "semget" => SYS_semget,
+        "semop" => SYS_semop,
+        "semtimedop" => SYS_semtimedop,
+        "semctl" => SYS_semctl,
+        "mq_open" => SYS_mq_open,
+        "mq_unlink" => SYS_mq_unlink,
+        "mq_timedsend" => SYS_mq_timedsend,
+        "mq_timedreceive" => SYS_mq_timedreceive,
+        "mq_notify" => SYS_mq_notify,
+        "mq_getsetattr" => SYS_mq_getsetattr,
         _ => return None,
     })
 }
@@ -567,49 +585,76 @@ mod tests {
         assert_eq!(Barrier::NetworkNamespace.to_string(), "network namespace");
     }
 
+    /// `program` with `args`, under the default policy's seccomp filters, as native code in
+    /// a child would be.
+    fn under_the_filters(program: &str, args: &[&str]) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let p = super::super::policy::SandboxPolicy::default_policy().unwrap();
+        let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args);
+        // SAFETY: between fork and exec, only syscalls.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for program in &programs {
+                    seccompiler::apply_filter(program)
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                }
+                Ok(())
+            });
+        }
+        cmd.output()
+            .unwrap_or_else(|e| panic!("{program} (util-linux) runs: {e}"))
+    }
+
     /// Native code in a child lowered its own host's limits (prlimit64 is allowed between
     /// processes of one uid, namespaces or not): the filter refuses another process's
     /// limits, read or set, and keeps the child's own (review 12).
     #[test]
     fn another_process_s_limits_are_refused_and_its_own_are_kept() {
-        use std::os::unix::process::CommandExt;
-        let p = super::super::policy::SandboxPolicy::default_policy().unwrap();
-        let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
-        let run = |args: &[&str]| {
-            let programs = programs.clone();
-            let (program, args) = match args {
-                ["renice", rest @ ..] => ("renice", rest),
-                _ => ("prlimit", args),
-            };
-            let mut cmd = std::process::Command::new(program);
-            cmd.args(args);
-            // SAFETY: between fork and exec, only syscalls.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    for program in &programs {
-                        seccompiler::apply_filter(program)
-                            .map_err(|e| std::io::Error::other(e.to_string()))?;
-                    }
-                    Ok(())
-                });
-            }
-            cmd.output().expect("prlimit (util-linux) runs")
-        };
-        let own = run(&["--nofile"]);
+        let own = under_the_filters("prlimit", &["--nofile"]);
         assert!(own.status.success(), "{own:?}");
         let parent = std::process::id().to_string();
-        let other = run(&["--pid", &parent, "--nofile"]);
+        let other = under_the_filters("prlimit", &["--pid", &parent, "--nofile"]);
         assert!(!other.status.success(), "{other:?}");
         assert!(
             String::from_utf8_lossy(&other.stderr).contains("not permitted"),
             "{other:?}"
         );
         // Nor another process's priority (review 13: a child reniced its own host).
-        let renice = run(&["renice", "-n", "0", "-p", &parent]);
+        let renice = under_the_filters("renice", &["-n", "0", "-p", &parent]);
         assert!(!renice.status.success(), "{renice:?}");
+    }
+
+    /// SysV IPC objects hold memory the address-space limit does not count: a child held
+    /// 6 GiB of shared memory past its 1.5 GiB RLIMIT_AS, and 500 MiB of kernel memory in
+    /// message queues (review 14). Each kind is refused; the host's own still work.
+    #[test]
+    fn sysv_shared_memory_queues_and_semaphores_are_refused() {
+        for (kind, flag) in [
+            ("shared memory", "-M"),
+            ("queue", "-Q"),
+            ("semaphore", "-S"),
+        ] {
+            let args: &[&str] = if flag == "-M" {
+                &[flag, "4096"]
+            } else if flag == "-S" {
+                &[flag, "1"]
+            } else {
+                &[flag]
+            };
+            let made = under_the_filters("ipcmk", args);
+            assert!(!made.status.success(), "{kind}: {made:?}");
+            assert!(
+                String::from_utf8_lossy(&made.stderr).contains("not permitted"),
+                "{kind}: {made:?}"
+            );
+        }
+        let listed = std::process::Command::new("ipcs").output().unwrap();
+        assert!(listed.status.success(), "{listed:?}");
     }
 
     #[test]
