@@ -9,6 +9,7 @@ mod chat;
 pub mod client;
 pub mod errors;
 mod forward;
+mod joined;
 pub(crate) mod json;
 mod kept;
 pub mod mock;

@@ -106,6 +106,8 @@ pub struct Gateway {
     pub provider: Provider,
     pub(super) store: Arc<dyn ResponseStore>,
     pub(super) sessions: Sessions,
+    /// Catalogs with client tools joined, for the next request that sends the same tools.
+    pub(super) joined: super::joined::Joined<Catalog, Catalog>,
     /// [`MAX_CALLS_AT_ONCE`] slots, taken by every tool call of every turn.
     pub(super) call_slots: Arc<tokio::sync::Semaphore>,
     /// The tool results of every turn past their own share ([`crate::agent::results`]).
@@ -149,6 +151,7 @@ impl Gateway {
             provider,
             store,
             sessions,
+            joined: Default::default(),
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),
             results: crate::agent::results::pool(),
             request_bytes: Arc::new(tokio::sync::Semaphore::new(REQUEST_BYTES_IN_FLIGHT / 1024)),

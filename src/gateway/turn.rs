@@ -376,14 +376,16 @@ impl Gateway {
         let catalog = if client_tools.is_empty() {
             self.catalog()
         } else {
-            let extra = client_tools_of(&client_tools).map_err(ApiError::bad_request)?;
-            let catalog = self
-                .host
-                .sources()
-                .build_with(extra)
-                .map_err(|e| ApiError::bad_request(format!("tools: {e}")).param("tools"))?;
-            check_collisions(&catalog)?;
-            Arc::new(catalog)
+            self.joined
+                .get_or_build(&self.catalog(), &client_tools, || {
+                    let extra = client_tools_of(&client_tools).map_err(ApiError::bad_request)?;
+                    let catalog =
+                        self.host.sources().build_with(extra).map_err(|e| {
+                            ApiError::bad_request(format!("tools: {e}")).param("tools")
+                        })?;
+                    check_collisions(&catalog)?;
+                    Ok(catalog)
+                })?
         };
         if let Some(ToolChoice::Tool(name)) = choice
             && catalog.resolve(name).is_err()
