@@ -335,3 +335,78 @@ fn a_stream_still_arriving_outlives_the_provider_timeout_and_a_silent_one_does_n
     assert_eq!(status, 502, "{text}");
     assert!(text.contains("timed out"), "{text}");
 }
+
+/// An upstream stream must reach the event that ends an answer, and every event must be
+/// read: for each upstream kind, a stream whose body ends before that event fails the turn
+/// (front round 13 F1: it was answered `completed`, stored and continued), and so does an
+/// event that is not JSON (F4: a delta with an escaped lone surrogate was dropped, its
+/// text lost, and the turn said it succeeded). The same stream whole is answered.
+#[test]
+fn a_stream_cut_before_its_end_or_with_an_unreadable_event_fails_the_turn() {
+    let cases: [(&str, Vec<Value>, Value, &str); 3] = [
+        (
+            "openai-responses",
+            vec![json!({"type": "response.output_text.delta", "delta": "The answer is: 4"})],
+            json!({"type": "response.completed", "response": {"output": []}}),
+            r#"{"type": "response.output_text.delta", "delta": "\ud83d B"}"#,
+        ),
+        (
+            "openai-completions",
+            vec![json!({"choices": [{"index": 0, "delta": {"content": "The answer is: 4"}}]})],
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            r#"{"choices": [{"index": 0, "delta": {"content": "\ud83d B"}}]}"#,
+        ),
+        (
+            "anthropic",
+            vec![
+                json!({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": []}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The answer is: 4"}}),
+            ],
+            json!({"type": "message_stop"}),
+            r#"{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "\ud83d B"}}"#,
+        ),
+    ];
+    for (kind, body, end, unreadable) in cases {
+        let sse = |events: &[Value]| -> String {
+            events.iter().map(|e| format!("data: {e}\n\n")).collect()
+        };
+        let cut = sse(&body);
+        let whole = format!("{cut}{}", sse(std::slice::from_ref(&end)));
+        let bad = format!("{cut}data: {unreadable}\n\n{}", sse(&[end]));
+        let (url, _) = scripted_provider(move |_, _, request| {
+            let text = match request["model"].as_str() {
+                Some("cut") => cut.clone(),
+                Some("bad") => bad.clone(),
+                _ => whole.clone(),
+            };
+            Reply::with_type(200, "text/event-stream", text)
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "max_retries = 0\nstream = true\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n"
+        );
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "whole", "input": "hi"}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        assert!(text.contains("The answer is: 4"), "{kind}: {text}");
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "cut", "input": "hi"}),
+        );
+        assert_eq!(status, 502, "{kind}: {text}");
+        assert!(text.contains("cut short"), "{kind}: {text}");
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "bad", "input": "hi"}),
+        );
+        assert_eq!(status, 502, "{kind}: {text}");
+        assert!(text.contains("not JSON"), "{kind}: {text}");
+    }
+}

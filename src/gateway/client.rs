@@ -38,7 +38,8 @@ use crate::agent::{
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
-    StreamAssembler, StreamText, StreamUsage, event_values, reply_text, tool_calls, usage,
+    StreamAssembler, StreamText, StreamUsage, ends_answer, event_values, reply_text, tool_calls,
+    usage,
 };
 use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payload};
 
@@ -385,6 +386,7 @@ impl HttpModel {
         let mut text = StreamText::default();
         let mut counted = StreamUsage::default();
         let mut any = false;
+        let mut whole = false;
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -401,8 +403,10 @@ impl HttpModel {
             let Some(data) = event.data else { continue };
             bounded::check(data.as_bytes(), bounded::MAX_JSON_VALUES)
                 .map_err(|e| self.garbage(format!("a stream event: {e}")))?;
-            for value in event_values(&data) {
+            whole |= ends_answer(self.provider, &data, None);
+            for value in event_values(&data).map_err(|e| self.garbage(e))? {
                 any = true;
+                whole |= ends_answer(self.provider, &data, Some(&value));
                 assembler.push(&value).map_err(|e| self.stream_error(e))?;
                 counted.observe(self.provider, &value);
                 if let Some(piece) = text.push(self.provider, &value)
@@ -420,6 +424,12 @@ impl HttpModel {
         }
         if !any {
             return Err(self.garbage("no server-sent events"));
+        }
+        if !whole {
+            return Err(ModelError::from(format!(
+                "{}: the stream ended before the event that ends an answer: the answer was cut short",
+                self.provider.as_str()
+            )));
         }
         let held = taken
             .lock()
