@@ -17,8 +17,11 @@ use serde_json::Value;
 /// new tools every request only turns the cache over.
 pub const JOINED_KEPT: usize = 8;
 
+/// A joined catalog and the base it was joined to, by the hash of the tools.
+type Kept<B, T> = lru::LruCache<[u8; 32], (Weak<B>, Arc<T>)>;
+
 pub struct Joined<B, T> {
-    kept: parking_lot::Mutex<lru::LruCache<[u8; 32], (Weak<B>, Arc<T>)>>,
+    kept: parking_lot::Mutex<Kept<B, T>>,
 }
 
 impl<B, T> Default for Joined<B, T> {
