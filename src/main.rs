@@ -360,7 +360,7 @@ fn read_args(arg: Option<&str>) -> Result<serde_json::Value, Error> {
 }
 
 fn print_json<T: serde::Serialize>(value: &T) {
-    match serde_json::to_string_pretty(value) {
+    match toolsearch::shown::json_readable(value) {
         Ok(s) => print_text(&(toolsearch::shown::json_for_terminal(s) + "\n")),
         Err(e) => {
             toolsearch::shown::to_stderr(&format!("toolsearch: cannot serialize output: {e}\n"))

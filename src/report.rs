@@ -265,11 +265,7 @@ pub fn code(r: &crate::code::CodeResult) -> String {
     }
     match r {
         CodeResult::Ok { value, .. } => {
-            let _ = writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(value).unwrap_or_default()
-            );
+            let _ = writeln!(out, "{}", shown::json_readable(value).unwrap_or_default());
         }
         CodeResult::Err { error, .. } => {
             let _ = writeln!(

@@ -204,7 +204,9 @@ fn what_a_provider_floods_is_cut_at_the_bound_and_memory_stays_bounded() {
             "{mode}: {status} {}",
             &text[..text.len().min(500)]
         );
-        let end = &text[text.len().saturating_sub(2000)..];
+        // The error's message (a failed stream's last event also carries what streamed).
+        let at = text.rfind("\"error\":").unwrap_or(0);
+        let end = &text[at..text.len().min(at + 2000)];
         assert!(
             end.contains("larger than") || end.contains("JSON values"),
             "{mode}: {end}"
@@ -409,4 +411,33 @@ fn a_stream_cut_before_its_end_or_with_an_unreadable_event_fails_the_turn() {
         assert_eq!(status, 502, "{kind}: {text}");
         assert!(text.contains("not JSON"), "{kind}: {text}");
     }
+}
+
+/// A streamed turn that fails after text went out says in `response.failed` that it is
+/// not stored (front round 13 F5: it said `store: true`, and GET found nothing).
+#[test]
+fn a_streamed_turn_failing_after_text_says_it_is_not_stored() {
+    let (url, _) = scripted_provider(|_, _, _| {
+        Reply::sse(&[
+            json!({"type": "response.output_text.delta", "delta": "Partial "}),
+            json!({"type": "response.failed", "response": {"error": {"message": "upstream broke"}}}),
+        ])
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\nstream = true\n");
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "stream": true}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let failed: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .last()
+        .unwrap_or_else(|| panic!("no events: {text}"));
+    assert_eq!(failed["type"], "response.failed", "{text}");
+    assert_eq!(failed["response"]["store"], false, "{text}");
+    assert!(text.contains("Partial "), "{text}");
 }

@@ -147,7 +147,7 @@ impl Plan {
             Barrier::Rlimits,
             true,
             format!(
-                "files {}, file size {}, core {}, CPU = deadline + {} s, tasks {} (in the child's user namespace; not binding on a root host)",
+                "files {}, file size {}, core {}, CPU seconds = 8 x deadline + 1 + {}, tasks {} (in the child's user namespace; not binding on a root host)",
                 policy.rlimits.nofile,
                 policy.rlimits.fsize,
                 policy.rlimits.core,
@@ -473,6 +473,21 @@ fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
     };
     rules.insert(libc::SYS_setpriority, vec![which_not(0)?, by_id(1)?]);
     rules.insert(libc::SYS_ioprio_set, vec![which_not(1)?, by_id(1)?]);
+    // Undoing its own parent-death signal: a child then outlived a host killed with
+    // SIGKILL, asleep (so RLIMIT_CPU never came) and holding what it held (review 15).
+    // Enlarging a pipe: 30 pipes of 1 MiB per child took the user's pipe-buffer quota, and
+    // every other process of the user got 8 KiB pipes it could not enlarge (review 15).
+    // Node does neither.
+    let arg_is = |arg: u8, value: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| e.to_string())
+    };
+    rules.insert(
+        libc::SYS_prctl,
+        vec![arg_is(0, libc::PR_SET_PDEATHSIG as u64)?],
+    );
+    rules.insert(libc::SYS_fcntl, vec![arg_is(1, libc::F_SETPIPE_SZ as u64)?]);
     let eperm = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -563,6 +578,7 @@ fn syscall_number(name: &str) -> Option<i64> {
         "mq_timedreceive" => SYS_mq_timedreceive,
         "mq_notify" => SYS_mq_notify,
         "mq_getsetattr" => SYS_mq_getsetattr,
+        "vmsplice" => SYS_vmsplice,
         _ => return None,
     })
 }
@@ -655,6 +671,50 @@ mod tests {
         }
         let listed = std::process::Command::new("ipcs").output().unwrap();
         assert!(listed.status.success(), "{listed:?}");
+    }
+
+    /// Review 15: pages pinned by vmsplice outside every limit (3 GiB held by a child of
+    /// 728 KB RSS), a parent-death signal undone (a child outlived its killed host), pipes
+    /// enlarged to take the user's pipe-buffer quota. Each refused; a plain pipe still works.
+    #[test]
+    fn vmsplice_undoing_the_death_signal_and_enlarging_pipes_are_refused() {
+        let script = r#"
+import ctypes, fcntl, os
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(4096)
+iov = iovec(ctypes.cast(buf, ctypes.c_void_p), 4096)
+n = libc.vmsplice(w, ctypes.byref(iov), 1, 0)
+print("vmsplice", n, os.strerror(ctypes.get_errno()))
+n = libc.prctl(1, 0, 0, 0, 0)
+print("pdeathsig", n, os.strerror(ctypes.get_errno()))
+try:
+    fcntl.fcntl(w, 1031, 1 << 20)
+    print("setpipe ok")
+except OSError as e:
+    print("setpipe", e.strerror)
+os.write(w, b"x")
+print("pipe", os.read(r, 1))
+"#;
+        // The interpreter itself: `python3` may be a shim that forks (pyenv).
+        let found = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 runs");
+        let python = String::from_utf8_lossy(&found.stdout).trim().to_string();
+        let out = under_the_filters(&python, &["-c", script]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        for line in [
+            "vmsplice -1 Operation not permitted",
+            "pdeathsig -1 Operation not permitted",
+            "setpipe Operation not permitted",
+            "pipe b'x'",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl ResponsesStream {
 
     /// The message's `.done` events, each carrying the whole text: made when the client
     /// takes them, from the one copy of the text they share.
-    fn close_message(&self, text: Arc<str>, end: &mut Vec<Later<Self>>) {
+    fn close_message(&self, text: Arc<str>, status: &'static str, end: &mut Vec<Later<Self>>) {
         let t = Arc::clone(&text);
         end.push(Box::new(move |s: &mut Self| {
             let id = s.answer.message_id.clone();
@@ -96,7 +96,7 @@ impl ResponsesStream {
             )
         }));
         end.push(Box::new(move |s: &mut Self| {
-            let item = s.answer.message(&text, "completed");
+            let item = s.answer.message(&text, status);
             s.event(
                 "response.output_item.done",
                 json!({"output_index": 0, "item": item}),
@@ -130,12 +130,19 @@ impl Encoder for ResponsesStream {
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
+                // A failed turn is not stored, and the object says so (front round 13 F5:
+                // it said `store: true` and GET found nothing). The open message is not
+                // closed with its text again: an answer cut at the 32 MiB bound would be
+                // serialized three times more (the flood test's gateway peaked at 208 MiB with it).
+                let mut end: Vec<Later<Self>> = Vec::new();
                 let mut response = self.answer.object("failed", Vec::new(), None);
                 response["error"] =
                     json!({"code": e.code.clone().unwrap_or(e.kind.clone()), "message": e.message});
-                return vec![made(
-                    self.event("response.failed", json!({"response": response})),
-                )];
+                response["store"] = json!(false);
+                end.push(Box::new(move |s: &mut Self| {
+                    s.event("response.failed", json!({"response": response}))
+                }));
+                return end;
             }
         };
         let mut end: Vec<Later<Self>> = Vec::new();
@@ -159,7 +166,7 @@ impl Encoder for ResponsesStream {
                 let t = Arc::clone(&text);
                 end.push(Box::new(move |s: &mut Self| s.delta(&t)));
             }
-            self.close_message(text, &mut end);
+            self.close_message(text, "completed", &mut end);
         }
         // Stored now, whether or not the client reads the end.
         let pieces = std::mem::take(&mut self.pieces);
