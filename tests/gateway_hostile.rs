@@ -435,7 +435,7 @@ fn a_streamed_turn_failing_after_text_says_it_is_not_stored() {
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str(d).ok())
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no events: {text}"));
     assert_eq!(failed["type"], "response.failed", "{text}");
     assert_eq!(failed["response"]["store"], false, "{text}");
