@@ -502,14 +502,45 @@ fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
         arch,
     )
     .map_err(|e| e.to_string())?;
-    Ok(vec![
+    let mut programs = vec![
         eperm
             .try_into()
             .map_err(|e: seccompiler::BackendError| e.to_string())?,
         clone3
             .try_into()
             .map_err(|e: seccompiler::BackendError| e.to_string())?,
-    ])
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32());
+    Ok(programs)
+}
+
+/// Every x32 call refused with EPERM. An x32 call is the x86-64 architecture with bit 30 set
+/// in its number, and seccompiler checks only the architecture: on a kernel with x32
+/// enabled, `socket | 0x40000000` would have passed every rule above (review 15; this
+/// kernel has no x32, so the calls failed with ENOSYS anyway). Node makes none.
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const RET_ERRNO: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
+    const RET_ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        // seccomp_data: the number at offset 0, the architecture at 4.
+        op(LD_ABS_W, 0, 0, 4),
+        // Another architecture is the other programs' business: allow here.
+        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        op(LD_ABS_W, 0, 0, 0),
+        op(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        op(RET_K, 0, 0, RET_ALLOW),
+    ]
 }
 
 fn syscall_number(name: &str) -> Option<i64> {
@@ -675,9 +706,11 @@ mod tests {
 
     /// Review 15: pages pinned by vmsplice outside every limit (3 GiB held by a child of
     /// 728 KB RSS), a parent-death signal undone (a child outlived its killed host), pipes
-    /// enlarged to take the user's pipe-buffer quota. Each refused; a plain pipe still works.
+    /// enlarged to take the user's pipe-buffer quota, x32 numbers past every rule (on kernels
+    /// with x32). Each refused; a plain pipe and a plain call still work.
     #[test]
-    fn vmsplice_undoing_the_death_signal_and_enlarging_pipes_are_refused() {
+    #[cfg(target_arch = "x86_64")]
+    fn vmsplice_undoing_the_death_signal_enlarging_pipes_and_x32_calls_are_refused() {
         let script = r#"
 import ctypes, fcntl, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -690,6 +723,9 @@ n = libc.vmsplice(w, ctypes.byref(iov), 1, 0)
 print("vmsplice", n, os.strerror(ctypes.get_errno()))
 n = libc.prctl(1, 0, 0, 0, 0)
 print("pdeathsig", n, os.strerror(ctypes.get_errno()))
+n = libc.syscall(0x40000000 | 39)
+print("x32 getpid", n, os.strerror(ctypes.get_errno()))
+print("getpid", libc.syscall(39) == os.getpid())
 try:
     fcntl.fcntl(w, 1031, 1 << 20)
     print("setpipe ok")
@@ -710,6 +746,9 @@ print("pipe", os.read(r, 1))
         for line in [
             "vmsplice -1 Operation not permitted",
             "pdeathsig -1 Operation not permitted",
+            // Without the filter this kernel says ENOSYS ("Function not implemented").
+            "x32 getpid -1 Operation not permitted",
+            "getpid True",
             "setpipe Operation not permitted",
             "pipe b'x'",
         ] {
@@ -721,7 +760,10 @@ print("pipe", os.read(r, 1))
     fn the_default_filter_compiles() {
         let p = super::super::policy::SandboxPolicy::default_policy().unwrap();
         let programs = super::seccomp_programs(&p.barriers.seccomp_deny).unwrap();
-        assert_eq!(programs.len(), 2);
+        assert_eq!(
+            programs.len(),
+            if cfg!(target_arch = "x86_64") { 3 } else { 2 }
+        );
         assert!(super::syscall_number("no_such_call").is_none());
     }
 }
