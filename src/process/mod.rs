@@ -25,6 +25,10 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
+/// The `prctl` option [`die_with_parent`] sets, for the sandbox's seccomp rule that keeps a
+/// child from undoing it.
+pub(crate) const DEATH_SIGNAL_OPTION: libc::c_int = libc::PR_SET_PDEATHSIG;
+
 /// Asks the kernel to SIGKILL the calling process when the thread that forked it exits.
 /// One raw system call, so it is safe between fork and exec (in `pre_exec`).
 pub(crate) fn die_with_parent() -> io::Result<()> {

@@ -485,7 +485,7 @@ fn seccomp_programs(deny: &[String]) -> Result<Vec<BpfProgram>, String> {
     };
     rules.insert(
         libc::SYS_prctl,
-        vec![arg_is(0, libc::PR_SET_PDEATHSIG as u64)?],
+        vec![arg_is(0, crate::process::DEATH_SIGNAL_OPTION as u64)?],
     );
     rules.insert(libc::SYS_fcntl, vec![arg_is(1, libc::F_SETPIPE_SZ as u64)?]);
     let eperm = SeccompFilter::new(
