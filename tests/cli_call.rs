@@ -1911,3 +1911,126 @@ fn guest_text_reaches_the_terminal_and_the_log_made_safe() {
     assert_eq!(sb.events("describe").len(), 2);
     assert_eq!(sb.events("call").len(), 2);
 }
+
+/// Two calls of one body needing approval at once: one prompt on the terminal at a time,
+/// and the answer typed under it is its own. With stdin locked only after printing, both
+/// prompts showed, and the `y` typed under the last (a harmless read) approved the first
+/// (a recursive delete) (review 16). Driven through a real terminal (a pty); the answers
+/// are checked against the session log's decisions.
+#[test]
+fn concurrent_approval_prompts_are_asked_one_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    fs::write(
+        &config,
+        "[[approvals]]\ntools = [\"openclaw:core:delete_file\", \"openclaw:core:read_file\"]\ntimeout_ms = 60000\n",
+    )
+    .unwrap();
+    let body = r#"
+const first = openclaw.tools.call("openclaw:core:delete_file", {path: "/home/user/important", recursive: true});
+const t = Date.now(); while (Date.now() - t < 400) {}
+const second = openclaw.tools.call("openclaw:core:read_file", {path: "README.md"});
+await Promise.allSettled([first, second]);
+return 1;
+"#;
+    // Waits for each prompt, says which tool it names, answers `n` to the first and `y`
+    // to the second.
+    let driver = r#"
+import os, pty, re, select, sys, time
+exe, config, state, body = sys.argv[1:5]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(exe, [exe, "--config", config, "--state-dir", state, "code", "--timeout-ms", "60000", body])
+seen = b""
+def read_for(seconds):
+    global seen
+    end = time.time() + seconds
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            seen += data
+def prompt(n):
+    end = time.time() + 60
+    while seen.count(b"needs approval") < n and time.time() < end:
+        read_for(0.1)
+    read_for(1.5)
+    print("PROMPTS", n, seen.count(b"needs approval"))
+    asked = re.findall(rb"`([^`]+)` needs approval", seen)
+    print("ASKED", n, asked[-1].decode() if asked else "none")
+prompt(1)
+os.write(fd, b"n\n")
+prompt(2)
+os.write(fd, b"y\n")
+read_for(5)
+os.waitpid(pid, 0)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", driver])
+        .arg(env!("CARGO_BIN_EXE_toolsearch"))
+        .arg(&config)
+        .arg(dir.path().join("state"))
+        .arg(body)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // One prompt on the terminal before the first answer, the second only after it.
+    assert!(text.contains("PROMPTS 1 1\n"), "{text}");
+    assert!(text.contains("PROMPTS 2 2\n"), "{text}");
+    let asked = |n: u8| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("ASKED {n} ")))
+            .unwrap_or_else(|| panic!("{text}"));
+        line[format!("ASKED {n} ").len()..].to_string()
+    };
+    let (first, second) = (asked(1), asked(2));
+    assert_ne!(first, second, "{text}");
+    // Each decision is the one typed under its own prompt.
+    let mut decisions = std::collections::HashMap::new();
+    for entry in walk(&dir.path().join("state")) {
+        let Ok(log) = fs::read_to_string(&entry) else {
+            continue;
+        };
+        for line in log.lines() {
+            let Ok(e) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if e["event"] == "approval" {
+                decisions.insert(
+                    e["id"].as_str().unwrap_or_default().to_string(),
+                    e["decision"].as_str().unwrap_or_default().to_string(),
+                );
+            }
+        }
+    }
+    assert_eq!(
+        decisions.get(&first).map(String::as_str),
+        Some("deny"),
+        "{first}: {decisions:?} {text}"
+    );
+    assert_eq!(
+        decisions.get(&second).map(String::as_str),
+        Some("allow"),
+        "{second}: {decisions:?} {text}"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(walk(&p));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}

@@ -114,6 +114,13 @@ impl CliApprover {
     }
 
     fn ask(request: &ApprovalRequest) -> ApprovalDecision {
+        // Stdin is locked before the prompt is shown and until its answer is read: one
+        // prompt on screen at a time, and the answer typed under it is its own. Taken
+        // after printing, two calls asking at once both showed their prompts, and the
+        // `y` typed under the last (a harmless read) approved the first (a recursive
+        // delete) (review 16).
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
         // The arguments are the caller's: escaped, and a string's line breaks shown as `\n`
         // by JSON, so the person deciding sees what will run.
         crate::shown::to_stderr(&format!(
@@ -123,7 +130,7 @@ impl CliApprover {
             crate::shown::json_for_terminal(request.args.to_string())
         ));
         let mut line = String::new();
-        match std::io::stdin().lock().read_line(&mut line) {
+        match input.read_line(&mut line) {
             Ok(_) if matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {
                 ApprovalDecision::Allow
             }
