@@ -404,19 +404,25 @@ mod tests {
         for i in 0..3000 {
             log.no_effect("call", json!({"requested": format!("nope{i}")}));
         }
+        // The burst, and what the rate let through while the loop ran (a loaded machine
+        // takes seconds over it); well short of all.
         let written = lines().len();
-        assert!((500..1500).contains(&written), "{written}");
+        assert!((500..2500).contains(&written), "{written}");
         log.event("call", json!({"id": "ran"}));
         assert_eq!(lines().last().unwrap()["id"], "ran");
         std::thread::sleep(std::time::Duration::from_millis(100));
         log.no_effect("call", json!({"requested": "after"}));
-        let last = lines().pop().unwrap();
+        let all = lines();
+        let last = all.last().unwrap();
         assert_eq!(last["requested"], "after");
-        assert_eq!(
-            last["events_not_written"].as_u64().unwrap() as usize + written,
-            3000,
-            "{last}"
-        );
+        assert!(last["events_not_written"].as_u64().unwrap() > 0, "{last}");
+        // Every refusal is either written or counted in a later one that was.
+        let counted: u64 = all
+            .iter()
+            .filter_map(|e| e["events_not_written"].as_u64())
+            .sum();
+        let refusals = all.iter().filter(|e| e.get("requested").is_some()).count();
+        assert_eq!(counted as usize + refusals, 3001, "{last}");
     }
 
     #[test]
