@@ -223,6 +223,8 @@ pub struct TurnOutcome {
     pub pending: Vec<ToolCall>,
     /// Tokens of every round, when the provider counted them.
     pub usage: Option<Usage>,
+    /// How the last round's answer ended: cut short by the provider, a refusal.
+    pub ending: crate::provider::normalize::Ending,
     /// The provider answers' places in their pool ([`ModelReply::held`]): whoever sends
     /// the outcome on keeps them until it is sent.
     #[serde(skip)]
@@ -535,7 +537,9 @@ impl Agent {
                 tool_calls: reply.tool_calls.clone(),
             });
             if reply.tool_calls.is_empty() {
-                return Ok(self.finish(answer, Stop::Answered, round, calls, messages, usage));
+                let mut out = self.finish(answer, Stop::Answered, round, calls, messages, usage);
+                out.ending = std::mem::take(&mut reply.ending);
+                return Ok(out);
             }
             let outcomes = self
                 .run_batch(
@@ -576,6 +580,7 @@ impl Agent {
             if !pending.is_empty() {
                 let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages, usage);
                 out.pending = pending;
+                out.ending = std::mem::take(&mut reply.ending);
                 return Ok(out);
             }
             if abort.is_cancelled() {
@@ -652,6 +657,7 @@ impl Agent {
             messages,
             pending: Vec::new(),
             usage,
+            ending: Default::default(),
             held: Held::default(),
         }
     }

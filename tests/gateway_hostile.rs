@@ -441,3 +441,141 @@ fn a_streamed_turn_failing_after_text_says_it_is_not_stored() {
     assert_eq!(failed["response"]["store"], false, "{text}");
     assert!(text.contains("Partial "), "{text}");
 }
+
+/// The provider's own ending reaches the client: an answer cut at the token limit is
+/// `incomplete` (`max_output_tokens`) on the Responses front, streamed (closing with
+/// `response.incomplete`) and not, and `finish_reason: "length"` on Chat; a refusal is a
+/// `refusal` part and Chat's `message.refusal` (front round 13 F2, F3: both were said
+/// `completed` / `"stop"`, the refusal text lost). For each upstream kind, whole and
+/// streamed from the provider.
+#[test]
+fn a_cut_answer_is_incomplete_and_a_refusal_is_a_refusal_on_both_fronts() {
+    let refusal = "I can't help with that.";
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
+        let (url, _) = scripted_provider(move |_, _, request| {
+            let streamed = request["stream"] == json!(true);
+            let refused = request["model"] == json!("refusal");
+            match (kind, streamed, refused) {
+                ("openai-completions", false, false) => Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Half an ans"}, "finish_reason": "length"}]}),
+                ),
+                ("openai-completions", true, false) => Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"content": "Half an ans"}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+                ]),
+                ("openai-completions", false, true) => Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": refusal}, "finish_reason": "stop"}]}),
+                ),
+                ("openai-completions", true, true) => Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"refusal": "I can't "}}]}),
+                    json!({"choices": [{"index": 0, "delta": {"refusal": "help with that."}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+                ]),
+                ("openai-responses", false, false) => Reply::json(
+                    200,
+                    &json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Half an ans"}]}]}),
+                ),
+                ("openai-responses", true, false) => Reply::sse(&[
+                    json!({"type": "response.output_text.delta", "delta": "Half an ans"}),
+                    json!({"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []}}),
+                ]),
+                ("openai-responses", false, true) => Reply::json(
+                    200,
+                    &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}]}),
+                ),
+                ("openai-responses", true, true) => Reply::sse(&[
+                    json!({"type": "response.refusal.delta", "delta": "I can't "}),
+                    json!({"type": "response.refusal.delta", "delta": "help with that."}),
+                    json!({"type": "response.completed", "response": {"status": "completed", "output": []}}),
+                ]),
+                (_, false, _) => Reply::json(
+                    200,
+                    &json!({"content": [{"type": "text", "text": "Half an ans"}], "stop_reason": "max_tokens"}),
+                ),
+                (_, true, _) => Reply::sse(&[
+                    json!({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": []}}),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an ans"}}),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}),
+                    json!({"type": "message_stop"}),
+                ]),
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n");
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        // Cut at the limit: Responses whole and streamed, Chat.
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "cut", "input": "hi"}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["status"], "incomplete", "{kind}: {text}");
+        assert_eq!(
+            v["incomplete_details"]["reason"], "max_output_tokens",
+            "{kind}: {text}"
+        );
+        assert_eq!(v["output"][0]["status"], "incomplete", "{kind}: {text}");
+        let (_, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "cut", "input": "hi", "stream": true}),
+        );
+        let last: Value = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .next_back()
+            .unwrap_or_else(|| panic!("{kind}: no events: {text}"));
+        assert_eq!(last["type"], "response.incomplete", "{kind}: {text}");
+        assert_eq!(
+            last["response"]["incomplete_details"]["reason"], "max_output_tokens",
+            "{kind}"
+        );
+        let (_, text) = post(
+            &gw,
+            "/v1/chat/completions",
+            &json!({"model": "cut", "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{kind}: {text}");
+        let (_, text) = post(
+            &gw,
+            "/v1/chat/completions",
+            &json!({"model": "cut", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        assert!(
+            text.contains(r#""finish_reason":"length""#),
+            "{kind}: {text}"
+        );
+        if kind == "anthropic" {
+            continue;
+        }
+        // A refusal: its text, on both fronts, whole and streamed from the provider.
+        for stream in [false, true] {
+            let (_, text) = post(
+                &gw,
+                "/v1/responses",
+                &json!({"model": "refusal", "input": "hi", "stream": stream}),
+            );
+            assert!(
+                text.contains(r#"{"type":"refusal","refusal":"I can't help with that."}"#)
+                    || text.contains(r#"{"refusal":"I can't help with that.","type":"refusal"}"#),
+                "{kind} stream {stream}: {text}"
+            );
+            let (_, text) = post(
+                &gw,
+                "/v1/chat/completions",
+                &json!({"model": "refusal", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}),
+            );
+            assert!(
+                text.contains(r#""refusal":"I can't help with that.""#),
+                "{kind} stream {stream}: {text}"
+            );
+        }
+    }
+}

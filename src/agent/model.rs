@@ -44,6 +44,8 @@ pub struct ModelReply {
     pub streamed: bool,
     /// Tokens, when the provider counted them.
     pub usage: Option<Usage>,
+    /// Whether the provider cut the answer short, and any refusal it gave.
+    pub ending: crate::provider::normalize::Ending,
     /// The answer's bytes' place in the provider client's pool, held as long as anything
     /// made of them is (through the turn, to the last byte of its response).
     pub held: Held,

@@ -68,6 +68,7 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
             .collect(),
         streamed: false,
         usage: None,
+        ending: Default::default(),
         held: Default::default(),
     }
 }

@@ -363,13 +363,18 @@ impl Completion {
         match (outcome.stop, self.legacy) {
             (Stop::ClientTools, true) => "function_call",
             (Stop::ClientTools, false) => "tool_calls",
-            _ => "stop",
+            // The provider's cut, not "stop": a client that checks for "length" before it
+            // trusts the answer must see it (front round 13 F2).
+            _ => outcome.ending.cut.map_or("stop", |c| c.finish_reason()),
         }
     }
 
     fn message(&self, outcome: &TurnOutcome) -> Value {
         let mut message = crate::provider::payload::chat_assistant_message(&outcome.text, &[]);
-        message["refusal"] = Value::Null;
+        message["refusal"] = match outcome.ending.refusal.as_str() {
+            "" => Value::Null,
+            refusal => json!(refusal),
+        };
         match (self.legacy, outcome.pending.first()) {
             (true, Some(call)) => {
                 message["function_call"] =
@@ -460,6 +465,9 @@ impl ChatStream {
             Err(e) => return vec![event(None, &e.body())],
         };
         let mut frames = Vec::new();
+        if !outcome.ending.refusal.is_empty() {
+            frames.push(c.chunk(json!({"refusal": outcome.ending.refusal}), None));
+        }
         for (index, call) in outcome.pending.iter().enumerate() {
             let arguments = call.arguments.to_string();
             if c.legacy {

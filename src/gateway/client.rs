@@ -38,8 +38,8 @@ use crate::agent::{
 };
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
-    StreamAssembler, StreamText, StreamUsage, ends_answer, event_values, reply_text, tool_calls,
-    usage,
+    Ending, StreamAssembler, StreamEnding, StreamText, StreamUsage, ending, ends_answer,
+    event_values, reply_text, tool_calls, usage,
 };
 use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payload};
 
@@ -319,6 +319,7 @@ impl HttpModel {
             calls,
             text: reply_text(self.provider, &v),
             usage: usage(self.provider, &v),
+            ending: ending(self.provider, &v),
         })
     }
 
@@ -385,6 +386,7 @@ impl HttpModel {
         let mut assembler = StreamAssembler::new(self.provider);
         let mut text = StreamText::default();
         let mut counted = StreamUsage::default();
+        let mut how = StreamEnding::default();
         let mut any = false;
         let mut whole = false;
         while let Some(event) = events.next().await {
@@ -409,6 +411,7 @@ impl HttpModel {
                 whole |= ends_answer(self.provider, &data, Some(&value));
                 assembler.push(&value).map_err(|e| self.stream_error(e))?;
                 counted.observe(self.provider, &value);
+                how.push(self.provider, &value);
                 if let Some(piece) = text.push(self.provider, &value)
                     && let Some(out) = &request.text
                 {
@@ -446,6 +449,7 @@ impl HttpModel {
             calls,
             text,
             usage: counted.finish(),
+            ending: how.finish(),
         };
         Ok((answer, held))
     }
@@ -544,6 +548,7 @@ impl HttpModel {
                     .collect(),
                 streamed: streamed && request.text.is_some(),
                 usage: answer.usage,
+                ending: answer.ending,
                 held,
             })
         }
@@ -571,6 +576,7 @@ struct Answer {
     calls: Vec<crate::provider::ToolCall>,
     text: String,
     usage: Option<crate::provider::Usage>,
+    ending: Ending,
 }
 
 /// The agent's message as the provider layer encodes it.

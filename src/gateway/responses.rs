@@ -33,6 +33,7 @@ use super::sse;
 use super::store::{StoredResponse, random_id};
 use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
 use crate::agent::{Message, TurnOutcome};
+use crate::provider::normalize::Ending;
 use crate::provider::{Provider, RequestOptions, ToolCall};
 use crate::surface::Summary;
 
@@ -543,12 +544,29 @@ impl Answer {
         })
     }
 
+    /// The finished message: `incomplete` when the provider cut the answer, and the
+    /// model's refusal as a `refusal` part after its text (front round 13 F2, F3).
+    fn finished_message(&self, text: &str, ending: &Ending) -> Value {
+        let status = if ending.cut.is_some() {
+            "incomplete"
+        } else {
+            "completed"
+        };
+        let mut message = self.message(text, status);
+        if !ending.refusal.is_empty()
+            && let Some(content) = message["content"].as_array_mut()
+        {
+            content.push(json!({"type": "refusal", "refusal": ending.refusal}));
+        }
+        message
+    }
+
     /// The output items of a finished turn: the message (when it has text, or nothing
     /// else comes), then a function call per client tool call.
     fn output(&self, outcome: &TurnOutcome) -> Vec<Value> {
         let mut output = Vec::new();
         if has_message(outcome) {
-            output.push(self.message(&outcome.text, "completed"));
+            output.push(self.finished_message(&outcome.text, &outcome.ending));
         }
         output.extend(
             outcome
@@ -611,7 +629,14 @@ impl Answer {
         outcome: &TurnOutcome,
         pieces: Option<Vec<u32>>,
     ) -> Value {
-        let body = self.object("completed", self.output(outcome), Some(outcome));
+        let mut body = self.object(
+            finished_status(outcome),
+            self.output(outcome),
+            Some(outcome),
+        );
+        if let Some(cut) = outcome.ending.cut {
+            body["incomplete_details"] = json!({"reason": cut.incomplete_reason()});
+        }
         if self.store {
             let mut stored = StoredResponse::new(
                 &outcome.messages,
@@ -629,7 +654,16 @@ impl Answer {
 }
 
 fn has_message(outcome: &TurnOutcome) -> bool {
-    !outcome.text.is_empty() || outcome.pending.is_empty()
+    !outcome.text.is_empty() || !outcome.ending.refusal.is_empty() || outcome.pending.is_empty()
+}
+
+/// A finished turn's status: `incomplete` when the provider cut its answer short.
+fn finished_status(outcome: &TurnOutcome) -> &'static str {
+    if outcome.ending.cut.is_some() {
+        "incomplete"
+    } else {
+        "completed"
+    }
 }
 
 fn function_call(call: &ToolCall, status: &str) -> Value {

@@ -609,6 +609,7 @@ mod tests {
             messages: Vec::new(),
             pending: Vec::new(),
             usage: None,
+            ending: Default::default(),
             held: Default::default(),
         };
         let e = settled(Ok(Ok(aborted(Vec::new())))).unwrap_err();

@@ -952,6 +952,185 @@ pub fn reply_text(provider: Provider, response: &Value) -> String {
     }
 }
 
+/// Why a provider ended an answer before its natural end: the token limit, or its content
+/// filter (a refusal included). The OpenAI fronts say it as Chat's `finish_reason` and as a
+/// Responses `incomplete` status (front round 13 F2: a cut answer was said `completed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cut {
+    Length,
+    ContentFilter,
+}
+
+impl Cut {
+    /// Chat Completions' `finish_reason`.
+    pub fn finish_reason(self) -> &'static str {
+        match self {
+            Cut::Length => "length",
+            Cut::ContentFilter => "content_filter",
+        }
+    }
+
+    /// The Responses API's `incomplete_details.reason`.
+    pub fn incomplete_reason(self) -> &'static str {
+        match self {
+            Cut::Length => "max_output_tokens",
+            Cut::ContentFilter => "content_filter",
+        }
+    }
+
+    fn of(provider: Provider, reason: &str) -> Option<Cut> {
+        match (provider, reason) {
+            (Provider::OpenaiCompletions, "length")
+            | (Provider::OpenaiResponses, "max_output_tokens")
+            | (Provider::Anthropic, "max_tokens")
+            | (Provider::Google, "MAX_TOKENS") => Some(Cut::Length),
+            (Provider::OpenaiCompletions | Provider::OpenaiResponses, "content_filter")
+            | (Provider::Anthropic, "refusal")
+            | (
+                Provider::Google,
+                "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII",
+            ) => Some(Cut::ContentFilter),
+            // A Responses `incomplete` status with a reason this code does not know is
+            // still cut short.
+            (Provider::OpenaiResponses, _) => Some(Cut::Length),
+            _ => None,
+        }
+    }
+}
+
+/// How one answer ended: cut short or not, and the refusal the model gave instead of (or
+/// with) its text (front round 13 F3: a refusal became an empty answer).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Ending {
+    pub cut: Option<Cut>,
+    pub refusal: String,
+}
+
+/// The ending of a whole (non-streamed) answer.
+pub fn ending(provider: Provider, response: &Value) -> Ending {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+    match provider {
+        Provider::OpenaiCompletions => Ending {
+            cut: response
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                .and_then(|r| Cut::of(provider, r)),
+            refusal: text(response.pointer("/choices/0/message/refusal")),
+        },
+        Provider::OpenaiResponses => Ending {
+            cut: responses_cut(response),
+            refusal: response
+                .get("output")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|item| item.get("content").and_then(Value::as_array))
+                .flatten()
+                .filter(|part| part.get("type").and_then(Value::as_str) == Some("refusal"))
+                .filter_map(|part| part.get("refusal").and_then(Value::as_str))
+                .collect(),
+        },
+        Provider::Anthropic => Ending {
+            cut: response
+                .get("stop_reason")
+                .and_then(Value::as_str)
+                .and_then(|r| Cut::of(provider, r)),
+            refusal: String::new(),
+        },
+        Provider::Google => Ending {
+            cut: response
+                .pointer("/candidates/0/finishReason")
+                .and_then(Value::as_str)
+                .and_then(|r| Cut::of(provider, r)),
+            refusal: String::new(),
+        },
+    }
+}
+
+fn responses_cut(response: &Value) -> Option<Cut> {
+    if response.get("status").and_then(Value::as_str) != Some("incomplete") {
+        return None;
+    }
+    let reason = response
+        .pointer("/incomplete_details/reason")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Cut::of(Provider::OpenaiResponses, reason)
+}
+
+/// The ending of a streamed answer, read event by event.
+#[derive(Debug, Default)]
+pub struct StreamEnding {
+    ending: Ending,
+    /// A Responses stream's `response.refusal.done`, for servers that send no deltas.
+    refusal_done: String,
+}
+
+impl StreamEnding {
+    pub fn push(&mut self, provider: Provider, event: &Value) {
+        let kind = event.get("type").and_then(Value::as_str);
+        let e = &mut self.ending;
+        match provider {
+            Provider::OpenaiCompletions => {
+                if let Some(r) = event
+                    .pointer("/choices/0/finish_reason")
+                    .and_then(Value::as_str)
+                {
+                    e.cut = Cut::of(provider, r);
+                }
+                if let Some(piece) = event
+                    .pointer("/choices/0/delta/refusal")
+                    .and_then(Value::as_str)
+                {
+                    e.refusal.push_str(piece);
+                }
+            }
+            Provider::OpenaiResponses => match kind {
+                Some("response.incomplete") => {
+                    e.cut = event
+                        .get("response")
+                        .and_then(responses_cut)
+                        .or(Some(Cut::Length));
+                }
+                Some("response.refusal.delta") => {
+                    if let Some(piece) = event.get("delta").and_then(Value::as_str) {
+                        e.refusal.push_str(piece);
+                    }
+                }
+                Some("response.refusal.done") => {
+                    if let Some(whole) = event.get("refusal").and_then(Value::as_str) {
+                        self.refusal_done.push_str(whole);
+                    }
+                }
+                _ => {}
+            },
+            Provider::Anthropic => {
+                if kind == Some("message_delta")
+                    && let Some(r) = event.pointer("/delta/stop_reason").and_then(Value::as_str)
+                {
+                    e.cut = Cut::of(provider, r);
+                }
+            }
+            Provider::Google => {
+                if let Some(r) = event
+                    .pointer("/candidates/0/finishReason")
+                    .and_then(Value::as_str)
+                {
+                    e.cut = Cut::of(provider, r);
+                }
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> Ending {
+        if self.ending.refusal.is_empty() {
+            self.ending.refusal = self.refusal_done;
+        }
+        self.ending
+    }
+}
+
 /// The piece of the answer's text one stream event carries, if any: Chat
 /// `choices[0].delta.content`, Responses `response.output_text.delta`, Anthropic
 /// `content_block_delta` of type `text_delta`, a Google chunk's text parts.

@@ -17,6 +17,7 @@ use crate::gateway::json::Budget;
 use crate::gateway::server::Gateway;
 use crate::gateway::sse::{Encoder, Later, event, made};
 use crate::gateway::store::StoredResponse;
+use crate::provider::normalize::Ending;
 
 /// The Responses event stream of one turn.
 pub(super) struct ResponsesStream {
@@ -77,7 +78,7 @@ impl ResponsesStream {
 
     /// The message's `.done` events, each carrying the whole text: made when the client
     /// takes them, from the one copy of the text they share.
-    fn close_message(&self, text: Arc<str>, status: &'static str, end: &mut Vec<Later<Self>>) {
+    fn close_message(&self, text: Arc<str>, ending: Ending, end: &mut Vec<Later<Self>>) {
         let t = Arc::clone(&text);
         end.push(Box::new(move |s: &mut Self| {
             let id = s.answer.message_id.clone();
@@ -95,8 +96,45 @@ impl ResponsesStream {
                        "part": {"type": "output_text", "text": &*t, "annotations": []}}),
             )
         }));
+        // A refusal is a part of its own after the text, with its own events.
+        if !ending.refusal.is_empty() {
+            let refusal: Arc<str> = ending.refusal.as_str().into();
+            let r = Arc::clone(&refusal);
+            end.push(Box::new(move |s: &mut Self| {
+                let id = s.answer.message_id.clone();
+                s.event(
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": 0, "content_index": 1,
+                           "part": {"type": "refusal", "refusal": ""}}),
+                )
+            }));
+            let r2 = Arc::clone(&r);
+            end.push(Box::new(move |s: &mut Self| {
+                let id = s.answer.message_id.clone();
+                s.event(
+                    "response.refusal.delta",
+                    json!({"item_id": id, "output_index": 0, "content_index": 1, "delta": &*r2}),
+                )
+            }));
+            let r3 = Arc::clone(&r);
+            end.push(Box::new(move |s: &mut Self| {
+                let id = s.answer.message_id.clone();
+                s.event(
+                    "response.refusal.done",
+                    json!({"item_id": id, "output_index": 0, "content_index": 1, "refusal": &*r3}),
+                )
+            }));
+            end.push(Box::new(move |s: &mut Self| {
+                let id = s.answer.message_id.clone();
+                s.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": 0, "content_index": 1,
+                           "part": {"type": "refusal", "refusal": &*refusal}}),
+                )
+            }));
+        }
         end.push(Box::new(move |s: &mut Self| {
-            let item = s.answer.message(&text, status);
+            let item = s.answer.finished_message(&text, &ending);
             s.event(
                 "response.output_item.done",
                 json!({"output_index": 0, "item": item}),
@@ -145,6 +183,7 @@ impl Encoder for ResponsesStream {
                 return end;
             }
         };
+        let outcome_cut = outcome.ending.cut.is_some();
         let mut end: Vec<Later<Self>> = Vec::new();
         if has_message(&outcome) {
             let mut opened = Vec::new();
@@ -166,7 +205,7 @@ impl Encoder for ResponsesStream {
                 let t = Arc::clone(&text);
                 end.push(Box::new(move |s: &mut Self| s.delta(&t)));
             }
-            self.close_message(text, "completed", &mut end);
+            self.close_message(text, outcome.ending.clone(), &mut end);
         }
         // Stored now, whether or not the client reads the end.
         let pieces = std::mem::take(&mut self.pieces);
@@ -209,8 +248,14 @@ impl Encoder for ResponsesStream {
                 )
             }));
         }
+        // A cut answer ends as OpenAI's does: `response.incomplete`.
+        let kind = if outcome_cut {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
         end.push(Box::new(move |s: &mut Self| {
-            s.event("response.completed", json!({"response": response}))
+            s.event(kind, json!({"response": response}))
         }));
         end
     }
@@ -235,9 +280,13 @@ pub(super) fn replay(
     let mut pieces = stored.pieces.clone();
     let mut output: Vec<Value> = Vec::new();
     let mut start = String::from("{");
+    let mut incomplete = false;
     for (key, raw) in &fields {
         let value = match key.as_str() {
-            "status" => r#""in_progress""#,
+            "status" => {
+                incomplete = raw.get() == r#""incomplete""#;
+                r#""in_progress""#
+            }
             "output" => {
                 output = Budget::default().parse(raw.get())?;
                 "[]"
@@ -262,7 +311,12 @@ pub(super) fn replay(
         .into_iter()
         .enumerate()
         .flat_map(move |(index, item)| item_events(index, item, pieces.take()));
-    let completed = std::iter::once(Replayed::Completed(stored));
+    let kind = if incomplete {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    let completed = std::iter::once(Replayed::Completed(stored, kind));
     Ok(opening
         .chain(items)
         .chain(completed)
@@ -276,7 +330,8 @@ enum Replayed {
     /// An event whose data is `{"response": <text>}`.
     Response(&'static str, Arc<String>),
     /// `response.completed`, whose response is the stored text itself.
-    Completed(Arc<StoredResponse>),
+    /// The stored response and its closing event's kind.
+    Completed(Arc<StoredResponse>, &'static str),
     /// An item's event, its data made when it is written.
     Item(&'static str, Box<dyn FnOnce() -> Value + Send>),
 }
@@ -291,9 +346,7 @@ impl Replayed {
                 event(Some(kind), &data)
             }
             Replayed::Response(kind, response) => response_frame(kind, &response, sequence),
-            Replayed::Completed(stored) => {
-                response_frame("response.completed", stored.body(), sequence)
-            }
+            Replayed::Completed(stored, kind) => response_frame(kind, stored.body(), sequence),
         }
     }
 }
