@@ -610,6 +610,14 @@ fn syscall_number(name: &str) -> Option<i64> {
         "mq_notify" => SYS_mq_notify,
         "mq_getsetattr" => SYS_mq_getsetattr,
         "vmsplice" => SYS_vmsplice,
+        "io_setup" => SYS_io_setup,
+        "io_destroy" => SYS_io_destroy,
+        "io_submit" => SYS_io_submit,
+        "io_cancel" => SYS_io_cancel,
+        "io_getevents" => SYS_io_getevents,
+        "landlock_create_ruleset" => SYS_landlock_create_ruleset,
+        "landlock_add_rule" => SYS_landlock_add_rule,
+        "landlock_restrict_self" => SYS_landlock_restrict_self,
         _ => return None,
     })
 }
@@ -710,7 +718,7 @@ mod tests {
     /// with x32). Each refused; a plain pipe and a plain call still work.
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn vmsplice_undoing_the_death_signal_enlarging_pipes_and_x32_calls_are_refused() {
+    fn vmsplice_aio_landlock_the_death_signal_pipes_and_x32_calls_are_refused() {
         let script = r#"
 import ctypes, fcntl, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -723,6 +731,11 @@ n = libc.vmsplice(w, ctypes.byref(iov), 1, 0)
 print("vmsplice", n, os.strerror(ctypes.get_errno()))
 n = libc.prctl(1, 0, 0, 0, 0)
 print("pdeathsig", n, os.strerror(ctypes.get_errno()))
+ctx = ctypes.c_ulong(0)
+n = libc.syscall(206, 1, ctypes.byref(ctx))
+print("io_setup", n, os.strerror(ctypes.get_errno()))
+n = libc.syscall(444, None, 0, 1)
+print("landlock", n, os.strerror(ctypes.get_errno()))
 n = libc.syscall(0x40000000 | 39)
 print("x32 getpid", n, os.strerror(ctypes.get_errno()))
 print("getpid", libc.syscall(39) == os.getpid())
@@ -748,6 +761,8 @@ print("pipe", os.read(r, 1))
             "pdeathsig -1 Operation not permitted",
             // Without the filter this kernel says ENOSYS ("Function not implemented").
             "x32 getpid -1 Operation not permitted",
+            "io_setup -1 Operation not permitted",
+            "landlock -1 Operation not permitted",
             "getpid True",
             "setpipe Operation not permitted",
             "pipe b'x'",
