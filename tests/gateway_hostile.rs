@@ -579,3 +579,67 @@ fn a_cut_answer_is_incomplete_and_a_refusal_is_a_refusal_on_both_fronts() {
         }
     }
 }
+
+/// Endings said only in unusual places still reach the client (front round 14 F1-F3): a
+/// stop reason this gateway does not list is a cut (Anthropic's
+/// `model_context_window_exceeded`, Mistral's `model_length`), a Responses stream that
+/// says `incomplete` only in its closing object is incomplete, and a refusal given only in
+/// the closing object is the answer's refusal.
+#[test]
+fn endings_said_only_in_closing_objects_or_unknown_reasons_reach_the_client() {
+    let refusal = "I can't help with that.";
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
+        let (url, _) = scripted_provider(move |_, _, request| {
+            let refused = request["model"] == json!("refusal");
+            match (kind, refused) {
+                ("openai-responses", false) => Reply::sse(&[
+                    json!({"type": "response.output_text.delta", "delta": "Half an ans"}),
+                    json!({"type": "response.completed", "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []}}),
+                ]),
+                ("openai-responses", true) => Reply::sse(&[
+                    json!({"type": "response.completed", "response": {"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}]}}),
+                ]),
+                ("openai-completions", _) => Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"content": "Half an ans"}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "model_length"}]}),
+                ]),
+                _ => Reply::sse(&[
+                    json!({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": []}}),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an ans"}}),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "model_context_window_exceeded"}}),
+                    json!({"type": "message_stop"}),
+                ]),
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "max_retries = 0\nstream = true\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n"
+        );
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": "cut", "input": "hi"}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["status"], "incomplete", "{kind}: {text}");
+        let (_, text) = post(
+            &gw,
+            "/v1/chat/completions",
+            &json!({"model": "cut", "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{kind}: {text}");
+        if kind == "openai-responses" {
+            let (_, text) = post(
+                &gw,
+                "/v1/chat/completions",
+                &json!({"model": "refusal", "messages": [{"role": "user", "content": "hi"}]}),
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["choices"][0]["message"]["refusal"], refusal, "{text}");
+        }
+    }
+}

@@ -979,23 +979,49 @@ impl Cut {
         }
     }
 
+    /// The cut a stop reason says, `None` for the reasons that end an answer as its model
+    /// meant to. Every other reason is a cut (front round 14 F2: Anthropic's
+    /// `model_context_window_exceeded` and `pause_turn`, Mistral's `model_length` passed as
+    /// whole): the content filter's when it is one, else the length's.
     fn of(provider: Provider, reason: &str) -> Option<Cut> {
-        match (provider, reason) {
-            (Provider::OpenaiCompletions, "length")
-            | (Provider::OpenaiResponses, "max_output_tokens")
-            | (Provider::Anthropic, "max_tokens")
-            | (Provider::Google, "MAX_TOKENS") => Some(Cut::Length),
-            (Provider::OpenaiCompletions | Provider::OpenaiResponses, "content_filter")
-            | (Provider::Anthropic, "refusal")
-            | (
-                Provider::Google,
-                "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII",
-            ) => Some(Cut::ContentFilter),
-            // A Responses `incomplete` status with a reason this code does not know is
-            // still cut short.
-            (Provider::OpenaiResponses, _) => Some(Cut::Length),
-            _ => None,
+        let whole = match provider {
+            // OpenAI's own and those of servers that speak its Chat API (TGI, vLLM,
+            // llama.cpp, Mistral).
+            Provider::OpenaiCompletions => matches!(
+                reason,
+                "" | "stop"
+                    | "tool_calls"
+                    | "function_call"
+                    | "eos_token"
+                    | "eos"
+                    | "stop_sequence"
+                    | "end_turn"
+            ),
+            Provider::OpenaiResponses => matches!(reason, "" | "completed"),
+            Provider::Anthropic => matches!(reason, "" | "end_turn" | "tool_use" | "stop_sequence"),
+            Provider::Google => matches!(reason, "" | "STOP" | "FINISH_REASON_UNSPECIFIED"),
+        };
+        if whole {
+            return None;
         }
+        let filtered = match provider {
+            Provider::OpenaiCompletions | Provider::OpenaiResponses => reason == "content_filter",
+            Provider::Anthropic => reason == "refusal",
+            Provider::Google => matches!(
+                reason,
+                "SAFETY"
+                    | "RECITATION"
+                    | "BLOCKLIST"
+                    | "PROHIBITED_CONTENT"
+                    | "SPII"
+                    | "IMAGE_SAFETY"
+            ),
+        };
+        Some(if filtered {
+            Cut::ContentFilter
+        } else {
+            Cut::Length
+        })
     }
 }
 
@@ -1020,16 +1046,13 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
         },
         Provider::OpenaiResponses => Ending {
             cut: responses_cut(response),
-            refusal: response
-                .get("output")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|item| item.get("content").and_then(Value::as_array))
-                .flatten()
-                .filter(|part| part.get("type").and_then(Value::as_str) == Some("refusal"))
-                .filter_map(|part| part.get("refusal").and_then(Value::as_str))
-                .collect(),
+            refusal: responses_refusal(
+                response
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten(),
+            ),
         },
         Provider::Anthropic => Ending {
             cut: response
@@ -1055,16 +1078,33 @@ fn responses_cut(response: &Value) -> Option<Cut> {
     let reason = response
         .pointer("/incomplete_details/reason")
         .and_then(Value::as_str)
-        .unwrap_or_default();
-    Cut::of(Provider::OpenaiResponses, reason)
+        .unwrap_or("incomplete");
+    Cut::of(Provider::OpenaiResponses, reason).or(Some(Cut::Length))
 }
 
-/// The ending of a streamed answer, read event by event.
+/// The refusal parts of Responses output items.
+fn responses_refusal<'a>(items: impl IntoIterator<Item = &'a Value>) -> String {
+    items
+        .into_iter()
+        .filter_map(|item| item.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|part| part.get("type").and_then(Value::as_str) == Some("refusal"))
+        .filter_map(|part| part.get("refusal").and_then(Value::as_str))
+        .collect()
+}
+
+/// The ending of a streamed answer, read event by event. A Responses stream's closing
+/// object and its finished items are read as a whole answer is, for servers that say the
+/// ending only there (front round 14 F1, F3: an `incomplete` status or a refusal part in
+/// `response.completed` alone passed as a whole, empty answer).
 #[derive(Debug, Default)]
 pub struct StreamEnding {
     ending: Ending,
-    /// A Responses stream's `response.refusal.done`, for servers that send no deltas.
+    /// Refusal text from later sources, each used when the ones before gave none:
+    /// `response.refusal.done`, the `output_item.done` items, the closing object.
     refusal_done: String,
+    refusal_items: String,
+    refusal_closing: String,
 }
 
 impl StreamEnding {
@@ -1087,11 +1127,21 @@ impl StreamEnding {
                 }
             }
             Provider::OpenaiResponses => match kind {
-                Some("response.incomplete") => {
-                    e.cut = event
-                        .get("response")
-                        .and_then(responses_cut)
-                        .or(Some(Cut::Length));
+                Some("response.incomplete" | "response.completed") => {
+                    let closing = event.get("response").map(|r| ending(provider, r));
+                    let said = closing.as_ref().and_then(|c| c.cut);
+                    e.cut = e
+                        .cut
+                        .or(said)
+                        .or_else(|| (kind == Some("response.incomplete")).then_some(Cut::Length));
+                    if let Some(closing) = closing {
+                        self.refusal_closing = closing.refusal;
+                    }
+                }
+                Some("response.output_item.done") => {
+                    if let Some(item) = event.get("item") {
+                        self.refusal_items.push_str(&responses_refusal([item]));
+                    }
                 }
                 Some("response.refusal.delta") => {
                     if let Some(piece) = event.get("delta").and_then(Value::as_str) {
@@ -1124,8 +1174,10 @@ impl StreamEnding {
     }
 
     pub fn finish(mut self) -> Ending {
-        if self.ending.refusal.is_empty() {
-            self.ending.refusal = self.refusal_done;
+        for later in [self.refusal_done, self.refusal_items, self.refusal_closing] {
+            if self.ending.refusal.is_empty() {
+                self.ending.refusal = later;
+            }
         }
         self.ending
     }
