@@ -643,3 +643,48 @@ fn endings_said_only_in_closing_objects_or_unknown_reasons_reach_the_client() {
         }
     }
 }
+
+/// `GET /v1/models` answers the configured model only when the provider has no list (404,
+/// or an empty one); a provider that refuses the key or fails keeps its status, as a
+/// turn's failure does (front round 14 F7: every failure was a 200 with the configured
+/// model).
+#[test]
+fn the_model_list_falls_back_only_when_the_provider_has_none() {
+    let (url, _) = scripted_provider(|path, head, _| {
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("authorization: bearer "))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        match (path.ends_with("/models"), key.as_str()) {
+            (true, "refused") => Reply::json(
+                401,
+                &json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+            ),
+            (true, "down") => Reply::json(
+                503,
+                &json!({"error": {"message": "overloaded", "type": "server_error"}}),
+            ),
+            (true, _) => Reply::json(404, &json!({"error": {"message": "no such route"}})),
+            _ => Reply::json(200, &json!({"output": []})),
+        }
+    });
+    for (key, want) in [("refused", 401), ("down", 502), ("none", 200)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_env(
+            "tools",
+            &url,
+            dir.path(),
+            "api_key_env = \"TS_TEST_KEY\"\nmodel = \"configured-model\"\n",
+            &[("TS_TEST_KEY", key)],
+        );
+        let (status, text) = get(&gw, "/v1/models");
+        assert_eq!(status, want, "{key}: {text}");
+        if want == 200 {
+            assert!(text.contains("configured-model"), "{text}");
+        } else {
+            assert!(!text.contains("configured-model"), "{text}");
+        }
+    }
+}

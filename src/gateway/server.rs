@@ -367,25 +367,30 @@ fn refused(refusal: crate::host::guard::Refusal) -> Response {
     ApiError::rejected(refusal.status, refusal.message).into_response()
 }
 
-/// The provider's models, or the configured model when it lists none (or cannot be
-/// asked).
-async fn listed(gw: &Gateway) -> Vec<Value> {
+/// The provider's models, or the configured model when it lists none (an empty list, or
+/// no models route: 404, 405). Any other failure is the provider's error, as a turn's is:
+/// a refused key or a provider down answered the configured model with 200 (front round
+/// 14 F7).
+async fn listed(gw: &Gateway) -> Result<Vec<Value>, ApiError> {
     let listed = match gw.model.models().await {
         Ok(list) => list,
-        Err(e) => {
-            tracing::debug!("the provider lists no models: {}", e.message);
+        Err(e) if matches!(e.status, Some(404 | 405)) => {
+            tracing::debug!("the provider has no model list: {}", e.message);
             Vec::new()
+        }
+        Err(e) => {
+            return Err(ApiError::of_turn(&crate::agent::TurnError::Provider(e)));
         }
     };
     if listed.is_empty() {
-        vec![json!({
+        Ok(vec![json!({
             "id": gw.configured_model(),
             "object": "model",
             "created": 0,
             "owned_by": "toolsearch",
-        })]
+        })])
     } else {
-        listed
+        Ok(listed)
     }
 }
 
@@ -413,7 +418,10 @@ async fn models(State(gw): State<Arc<Gateway>>) -> Response {
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
-    Json(json!({"object": "list", "data": Value::Array(listed(&gw).await)})).into_response()
+    match listed(&gw).await {
+        Ok(list) => Json(json!({"object": "list", "data": Value::Array(list)})).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `GET /v1/models/{id}`: one model of the list; one it does not hold is a 404.
@@ -422,11 +430,11 @@ async fn model(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Respon
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
-    match listed(&gw)
-        .await
-        .into_iter()
-        .find(|m| m["id"] == id.as_str())
-    {
+    let list = match listed(&gw).await {
+        Ok(list) => list,
+        Err(e) => return e.into_response(),
+    };
+    match list.into_iter().find(|m| m["id"] == id.as_str()) {
         Some(m) => Json(m).into_response(),
         None => ApiError::not_found(format!("The model '{id}' does not exist"))
             .param("model")

@@ -395,6 +395,17 @@ pub fn post(gateway: &str, path: &str, body: &Value) -> (u16, String) {
     })
 }
 
+pub fn get(gateway: &str, path: &str) -> (u16, String) {
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .get(format!("{gateway}{path}"))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    })
+}
+
 /// The mock provider, scripted with `scenario` (JSON text) when given, recording to
 /// `dir/requests.jsonl`.
 pub fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
