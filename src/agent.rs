@@ -940,15 +940,16 @@ impl Agent {
     }
 }
 
-/// Each catalog tool the surface declares, by name: the first entry of that name, as the
-/// surface declared it. One pass over the catalog, one lookup per declared tool.
+/// Each catalog tool the surface declares, by name: the entry of that name a surface
+/// declares ([`Catalog::one_per_name`]). One pass over the catalog, one lookup per declared
+/// tool.
 fn declared(catalog: &Catalog, surface: &Surface) -> HashMap<String, String> {
-    let mut first: HashMap<&str, &str> = HashMap::new();
-    for e in catalog.cataloged().iter().chain(catalog.direct_only()) {
-        first
-            .entry(e.descriptor.name.as_str())
-            .or_insert(e.id.as_str());
-    }
+    let first: HashMap<&str, &str> = catalog
+        .one_per_name()
+        .0
+        .into_iter()
+        .map(|e| (e.descriptor.name.as_str(), e.id.as_str()))
+        .collect();
     surface
         .tools
         .iter()

@@ -319,6 +319,29 @@ impl Catalog {
         &self.entries[self.cataloged..]
     }
 
+    /// What a surface that declares one tool per name declares, in catalog order
+    /// (cataloged, then direct-only), and what it leaves out: for each name, the entry of
+    /// the most trusted source ([`plan::trust`]), the first of them among equals. Surfaces
+    /// and the agent's routing by name both read it, so the tool declared is the tool
+    /// that runs (review 17: an upstream server's `message` took the core one's place).
+    pub fn one_per_name(&self) -> (Vec<&Entry>, Vec<&Entry>) {
+        let all = || self.cataloged().iter().chain(self.direct_only());
+        let mut best: std::collections::HashMap<&str, &Entry> = std::collections::HashMap::new();
+        for e in all() {
+            let name = e.descriptor.name.as_str();
+            match best.get(name) {
+                Some(kept) if plan::trust(&kept.descriptor) <= plan::trust(&e.descriptor) => {}
+                _ => {
+                    best.insert(name, e);
+                }
+            }
+        }
+        all().partition(|e| {
+            best.get(e.descriptor.name.as_str())
+                .is_some_and(|kept| std::ptr::eq(*kept, *e))
+        })
+    }
+
     pub fn hidden(&self) -> &[HiddenTool] {
         &self.hidden
     }

@@ -97,11 +97,23 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
     let mut notices = Vec::new();
     let merged = merge_registry(descriptors, facts.config, &mut notices);
 
+    // Every configured server is a toolset from the start, its tools or not: a server that
+    // listed its tools only after start-up was no toolset when the approval rules were
+    // compiled, so `[[approvals]] tools = ["shell"]` became a plain name, and the tools it
+    // added later ran unapproved (review 17).
     let toolsets = Toolsets::new(
         &facts.config.toolsets,
         merged
             .iter()
-            .map(|t| (t.source.as_str(), t.source_name.as_str())),
+            .map(|t| (t.source.as_str(), t.source_name.as_str()))
+            .chain(
+                facts
+                    .config
+                    .mcp
+                    .servers
+                    .values()
+                    .map(|s| (Source::Mcp.as_str(), s.name.as_str())),
+            ),
     );
     let policy =
         Policy::from_config(facts.config, &toolsets).map_err(|e| in_config(facts.config, e))?;
@@ -209,8 +221,30 @@ fn in_config(config: &Config, e: Error) -> Error {
     }
 }
 
+/// Catalog order: by sort key or name, then tools of one name by how much their source is
+/// trusted — core, plugins, the client's, upstream servers — then by id. Surfaces that
+/// declare one tool per name (direct mode) keep the first: an upstream server's `message`
+/// sorted before the core one by id (`mcp:` < `openclaw:`) and took its place, with the
+/// user's text (review 17).
 fn sort(tools: &mut [ToolDescriptor]) {
-    tools.sort_by_cached_key(|t| (t.sort_key.clone().unwrap_or_else(|| t.name.clone()), t.id()));
+    tools.sort_by_cached_key(|t| {
+        (
+            t.sort_key.clone().unwrap_or_else(|| t.name.clone()),
+            trust(t),
+            t.id(),
+        )
+    });
+}
+
+/// How much a tool's source is trusted, most first: core, plugins, the client's, upstream
+/// servers.
+pub fn trust(t: &ToolDescriptor) -> u8 {
+    match (t.source, t.source_name.as_str()) {
+        (Source::Openclaw, "core") => 0,
+        (Source::Openclaw, _) => 1,
+        (Source::Client, _) => 2,
+        (Source::Mcp, _) => 3,
+    }
 }
 
 fn check_duplicates(descriptors: &[ToolDescriptor]) -> Result<()> {
@@ -471,6 +505,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.cataloged.len(), 3);
+    }
+
+    /// One name in many sources: the core tool first, then the client's, then upstream
+    /// servers, whatever their ids (a plugin may not take a core name at all) (review 17: `mcp:` sorted before `openclaw:`,
+    /// and direct mode declared an upstream server's `message` in the core one's place).
+    #[test]
+    fn tools_of_one_name_are_ordered_by_how_much_their_source_is_trusted() {
+        let p = run(
+            vec![
+                tool(Source::Mcp, "aaa", "message"),
+                tool(Source::Client, "client", "message"),
+                tool(Source::Openclaw, "core", "message"),
+            ],
+            &Config::default(),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            ids(&p.cataloged),
+            [
+                "openclaw:core:message",
+                "client:client:message",
+                "mcp:aaa:message"
+            ]
+        );
+    }
+
+    /// A configured server is a toolset before it lists a tool: approval and deny rules
+    /// naming it by its bare name cover the tools it adds later (review 17: they became a
+    /// plain name, and a late tool ran unapproved).
+    #[test]
+    fn a_configured_server_is_a_toolset_before_it_lists_any_tool() {
+        let config = config("[mcp.servers.shell]\ncommand = \"/bin/true\"\n");
+        let p = run(vec![tool(Source::Openclaw, "core", "x")], &config, &[]).unwrap();
+        let set = PatternSet::compile(&["shell".to_string()], &p.toolsets, "approvals").unwrap();
+        assert!(set.matches_parts("run_command", "mcp:shell:run_command"));
     }
 
     #[test]

@@ -19,7 +19,10 @@ use crate::error::{Error, Result};
 use crate::ids::ToolKey;
 
 /// Toolsets by name. Every plugin id and MCP server name is an implicit toolset of all
-/// its tools (`github` = `openclaw:github:*`); a configured toolset of the same name wins.
+/// its tools (`github` = `openclaw:github:*`), of every source of that name together (a
+/// plugin and a server both called `github`: `deny = ["github"]` named only the plugin's,
+/// and the server's `delete_repo` ran, review 17); a configured toolset of the same name
+/// wins.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Toolsets {
     by_name: BTreeMap<String, Vec<String>>,
@@ -36,9 +39,12 @@ impl Toolsets {
             if source_name == "core" || source_name == "client" {
                 continue;
             }
-            by_name
-                .entry(source_name.to_ascii_lowercase())
-                .or_insert_with(|| vec![format!("{source}:{source_name}:*")]);
+            let members: &mut Vec<String> =
+                by_name.entry(source_name.to_ascii_lowercase()).or_default();
+            let pattern = format!("{source}:{source_name}:*");
+            if !members.contains(&pattern) {
+                members.push(pattern);
+            }
         }
         for (name, set) in configured {
             by_name.insert(name.to_ascii_lowercase(), set.patterns.clone());
@@ -180,6 +186,20 @@ mod tests {
         assert!(!s.matches_parts("undelete", "openclaw:calendar:undelete"));
         let s = set(&["openclaw:*:delete_*"], &none);
         assert!(s.matches_parts("delete_event", "openclaw:calendar:delete_event"));
+    }
+
+    /// A plugin and a server of one name: the bare word names the tools of both (review
+    /// 17: `deny = ["github"]` left the server's `delete_repo` callable).
+    #[test]
+    fn a_name_shared_by_two_sources_names_the_tools_of_both() {
+        let ts = Toolsets::new(
+            &BTreeMap::new(),
+            [("openclaw", "github"), ("mcp", "github"), ("mcp", "github")],
+        );
+        let s = set(&["github"], &ts);
+        assert!(s.matches_parts("create_issue", "openclaw:github:create_issue"));
+        assert!(s.matches_parts("delete_repo", "mcp:github:delete_repo"));
+        assert_eq!(ts.get("github").unwrap().len(), 2, "{ts:?}");
     }
 
     #[test]

@@ -198,9 +198,14 @@ pub fn build(catalog: &Catalog, options: &Options) -> Result<Surface> {
     };
     match mode {
         Built::Direct => {
-            let (tools, dropped) = unique_by_name(direct_tools(catalog));
-            surface.tools = tools;
-            surface.reasons.extend(dropped);
+            let (kept, left_out) = catalog.one_per_name();
+            surface.tools = kept.into_iter().map(spec).collect();
+            surface.reasons.extend(left_out.into_iter().map(|e| {
+                format!(
+                    "direct mode declares one tool per name: `{}` is left out for a tool of that name from a source trusted more",
+                    e.id
+                )
+            }));
         }
         Built::Code => {
             surface.tools.push(code_tool(options.code_timeout_ms));
@@ -223,24 +228,6 @@ fn direct_tools(catalog: &Catalog) -> Vec<ToolSpec> {
         .chain(catalog.direct_only())
         .map(spec)
         .collect()
-}
-
-/// A model cannot tell two tools of one name apart; the first (by catalog order) stays.
-fn unique_by_name(tools: Vec<ToolSpec>) -> (Vec<ToolSpec>, Vec<String>) {
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::with_capacity(tools.len());
-    let mut dropped = Vec::new();
-    for t in tools {
-        if seen.insert(t.name.clone()) {
-            out.push(t);
-        } else {
-            dropped.push(format!(
-                "direct mode declares one tool per name: a second `{}` is left out",
-                t.name
-            ));
-        }
-    }
-    (out, dropped)
 }
 
 /// The full declaration of a catalog entry.
