@@ -688,3 +688,56 @@ fn the_model_list_falls_back_only_when_the_provider_has_none() {
         }
     }
 }
+
+/// A stored response's replay sends a refusal part as the live stream did: its own part
+/// with `response.refusal.*` events (front round 14 F4: replayed as an empty output_text).
+#[test]
+fn a_replayed_refusal_is_a_refusal_part_with_its_events() {
+    let (url, _) = scripted_provider(|_, _, _| {
+        Reply::sse(&[
+            json!({"type": "response.refusal.delta", "delta": "I can't help with that."}),
+            json!({"type": "response.completed", "response": {"status": "completed", "output": []}}),
+        ])
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\nstream = true\n");
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "stream": true}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let types = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .map(|e| e["type"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let live = types(&text);
+    assert!(
+        live.contains(&"response.refusal.done".to_string()),
+        "{live:?}"
+    );
+    let id = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|e| e["response"]["id"].as_str().map(str::to_string))
+        .unwrap();
+    let (status, replay) = get(&gw, &format!("/v1/responses/{id}?stream=true"));
+    assert_eq!(status, 200, "{replay}");
+    let replayed = types(&replay);
+    assert!(
+        replayed.contains(&"response.refusal.delta".to_string()),
+        "{replayed:?}"
+    );
+    assert!(
+        replayed.contains(&"response.refusal.done".to_string()),
+        "{replayed:?}"
+    );
+    assert!(
+        replay.contains(r#""refusal":"I can't help with that.""#),
+        "{replay}"
+    );
+}

@@ -407,6 +407,40 @@ fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Repla
                         v
                     }
                 };
+                // A refusal part is replayed as the live stream sent it: its own part with
+                // `response.refusal.*` events (front round 14 F4: replayed as an empty
+                // output_text part).
+                if item["content"][part_index]["type"] == "refusal" {
+                    let refusal = {
+                        let item = Arc::clone(&item);
+                        move || item["content"][part_index]["refusal"].clone()
+                    };
+                    let a = at.clone();
+                    lazy(
+                        &mut events,
+                        "response.content_part.added",
+                        Box::new(move || a(json!({"part": {"type": "refusal", "refusal": ""}}))),
+                    );
+                    let (a, r) = (at.clone(), refusal.clone());
+                    lazy(
+                        &mut events,
+                        "response.refusal.delta",
+                        Box::new(move || a(json!({"delta": r()}))),
+                    );
+                    let (a, r) = (at.clone(), refusal);
+                    lazy(
+                        &mut events,
+                        "response.refusal.done",
+                        Box::new(move || a(json!({"refusal": r()}))),
+                    );
+                    let part = Arc::clone(&item);
+                    lazy(
+                        &mut events,
+                        "response.content_part.done",
+                        Box::new(move || at(json!({"part": part["content"][part_index]}))),
+                    );
+                    continue;
+                }
                 let text = {
                     let item = Arc::clone(&item);
                     move || {
