@@ -431,34 +431,54 @@ fn last_user(messages: &[Message]) -> String {
         .unwrap_or_default()
 }
 
-/// A session's history that ends with calls of the client's tools, followed by input
-/// that answers none of them (a new question): those calls are dropped, as if the model
-/// had not made them, instead of the session being stuck on "no tool result" until it
-/// expires. Input that answers some of them must answer all (see [`settle`]). A stored
-/// response named by `previous_response_id` is continued as OpenAI does: every call must
-/// be answered.
+/// A session's history whose last assistant message has calls with no result yet (the
+/// client's: the gateway's own ran in that round), followed by input that answers none of
+/// them (a new question): those calls are dropped, as if the model had not made them,
+/// instead of the session being stuck on "no tool result" until it expires; the calls
+/// that ran, and their results, stay. Looked for from the last assistant message, not the
+/// last message: after a round that called a catalog tool and a client tool, the history
+/// ends with the catalog call's result, and the session jammed (front round 15 F3). Input
+/// that answers some of them must answer all (see [`settle`]). A stored response named by
+/// `previous_response_id` is continued as OpenAI does: every call must be answered.
 fn drop_unanswered(history: &mut Vec<Message>, input: &[Message]) {
-    let Some(Message::Assistant { tool_calls, .. }) = history.last() else {
+    let Some(at) = history
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
         return;
     };
-    if tool_calls.is_empty() {
+    let answered_before: HashSet<&str> = history[at + 1..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let Message::Assistant { tool_calls, .. } = &history[at] else {
+        return;
+    };
+    let open: HashSet<String> = tool_calls
+        .iter()
+        .filter(|c| !answered_before.contains(c.id.as_str()))
+        .map(|c| c.id.clone())
+        .collect();
+    if open.is_empty() {
         return;
     }
-    let ids: HashSet<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
     let answered = input
         .iter()
-        .any(|m| matches!(m, Message::Tool { call_id, .. } if ids.contains(call_id.as_str())));
+        .any(|m| matches!(m, Message::Tool { call_id, .. } if open.contains(call_id)));
     if answered {
         return;
     }
-    if let Some(Message::Assistant {
+    if let Message::Assistant {
         content,
         tool_calls,
-    }) = history.last_mut()
+    } = &mut history[at]
     {
-        tool_calls.clear();
-        if content.is_empty() {
-            history.pop();
+        tool_calls.retain(|c| !open.contains(&c.id));
+        if content.is_empty() && tool_calls.is_empty() {
+            history.remove(at);
         }
     }
 }
@@ -704,6 +724,22 @@ mod tests {
         assert!(
             matches!(&history[1], Message::Assistant { content, tool_calls } if content == "let me ask" && tool_calls.is_empty())
         );
+        // A round that called a catalog tool (it ran: its result follows) and a client tool,
+        // in either order: the client's call goes, the one that ran and its result stay.
+        for calls in [
+            vec![call("w1", "get_weather"), call("p1", "pick")],
+            vec![call("p1", "pick"), call("w1", "get_weather")],
+        ] {
+            let mut history = vec![user("hi"), asked(calls), result("w1")];
+            drop_unanswered(&mut history, &[user("new question")]);
+            assert!(
+                matches!(&history[1], Message::Assistant { tool_calls, .. } if tool_calls.len() == 1 && tool_calls[0].id == "w1"),
+                "{history:?}"
+            );
+            let mut m = history;
+            m.push(user("new question"));
+            settle(&mut m).unwrap();
+        }
     }
 
     #[test]
