@@ -741,3 +741,53 @@ fn a_replayed_refusal_is_a_refusal_part_with_its_events() {
         "{replay}"
     );
 }
+
+/// Fields the gateway cannot honour are refused, not answered as if they had been (front
+/// round 15 F2, F9): Chat `n` above 1, an audio modality, and `tool_choice`
+/// `allowed_tools` on both fronts (taking only its mode let the model call, and the
+/// gateway run, tools outside the list). Their honourable values pass.
+#[test]
+fn fields_the_gateway_cannot_honour_are_refused() {
+    let (url, _) = canned_provider(vec![
+        (
+            200,
+            r#"{"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]}"#
+        );
+        8
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        post(&gw, "/v1/chat/completions", &body)
+    };
+    for (extra, param) in [
+        (json!({"n": 3}), "n"),
+        (json!({"modalities": ["text", "audio"]}), "modalities"),
+        (
+            json!({"tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "pick"}}]}}}),
+            "tool_choice",
+        ),
+    ] {
+        let (status, text) = chat(extra.clone());
+        assert_eq!(status, 400, "{extra}: {text}");
+        assert!(
+            text.contains(&format!(r#""param":"{param}""#)),
+            "{extra}: {text}"
+        );
+    }
+    for extra in [json!({"n": 1}), json!({"modalities": ["text"]})] {
+        let (status, text) = chat(extra.clone());
+        assert_eq!(status, 200, "{extra}: {text}");
+    }
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "pick"}]}}),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("allowed_tools"), "{text}");
+}

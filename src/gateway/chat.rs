@@ -104,13 +104,15 @@ struct CreateRequest {
     prompt_cache_retention: Option<Value>,
     #[serde(default)]
     web_search_options: Option<Value>,
+    /// Choices asked for: one is answered; more is refused (see [`refuse_unanswerable`]).
+    #[serde(default)]
+    n: Option<Value>,
+    /// Output modalities: text is answered; audio is refused.
+    #[serde(default)]
+    modalities: Option<Value>,
     // Read and ignored (named `_...`: read by serde, by nothing else).
-    #[serde(default, rename = "n")]
-    _n: Option<IgnoredAny>,
     #[serde(default, rename = "audio")]
     _audio: Option<IgnoredAny>,
-    #[serde(default, rename = "modalities")]
-    _modalities: Option<IgnoredAny>,
     #[serde(default, rename = "prediction")]
     _prediction: Option<IgnoredAny>,
     #[serde(default, rename = "moderation")]
@@ -139,6 +141,36 @@ pub(super) async fn create(
     }
 }
 
+/// `n` above 1 and an audio modality are refused: one text choice is all a turn answers,
+/// and a 200 with one text choice to a client that asked for three, or for audio, answered
+/// another question (front round 15 F9). `n: 1` and `modalities: ["text"]` pass.
+fn refuse_unanswerable(request: &CreateRequest) -> Result<(), ApiError> {
+    match &request.n {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "n: this gateway answers one choice per request (got {n})"
+            ))
+            .param("n")
+            .code("unsupported_value"));
+        }
+    }
+    let text_only = match &request.modalities {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(m)) => m.iter().all(|m| m == "text"),
+        Some(_) => false,
+    };
+    if !text_only {
+        return Err(ApiError::bad_request(
+            "modalities: this gateway answers text only; send [\"text\"] or leave it out",
+        )
+        .param("modalities")
+        .code("unsupported_value"));
+    }
+    Ok(())
+}
+
 async fn create_inner(
     gw: &Arc<Gateway>,
     body: Result<Bytes, BytesRejection>,
@@ -150,6 +182,7 @@ async fn create_inner(
     let request: CreateRequest = budget.body(&body)?;
     // Parsed: the text is not kept for the turn (two copies lived as long as it did).
     drop(body);
+    refuse_unanswerable(&request)?;
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let (input, system) = chat_messages(&request.messages, &mut budget)?;
     let legacy = request.tools.is_none() && request.functions.is_some();

@@ -85,9 +85,8 @@ fn choice_word(word: &str, field: &str) -> Result<ToolChoice, ApiError> {
     }
 }
 
-/// Responses `tool_choice`: a word, `{type: "function", name}`, or `{type:
-/// "allowed_tools", mode}` (its mode; the list itself is not narrowed). Hosted tool types
-/// are left out (`None`).
+/// Responses `tool_choice`: a word or `{type: "function", name}`; `allowed_tools` is
+/// refused ([`allowed_tools_refused`]). Hosted tool types are left out (`None`).
 pub fn responses_tool_choice(v: Option<&Value>) -> Result<Option<ToolChoice>, ApiError> {
     let field = "tool_choice";
     let Some(v) = v.filter(|v| !v.is_null()) else {
@@ -103,20 +102,28 @@ pub fn responses_tool_choice(v: Option<&Value>) -> Result<Option<ToolChoice>, Ap
                         .param(field),
                 ),
             },
-            Some("allowed_tools") => o
-                .get("mode")
-                .and_then(Value::as_str)
-                .map(|m| choice_word(m, field))
-                .transpose(),
+            Some("allowed_tools") => Err(allowed_tools_refused(field)),
             _ => Ok(None),
         },
         _ => Err(ApiError::bad_request("tool_choice: expected a string or an object").param(field)),
     }
 }
 
-/// Chat `tool_choice`: a word, `{type: "function", function: {name}}`, `{type:
-/// "allowed_tools", allowed_tools: {mode}}`; or the legacy `function_call` (`none`, `auto`
-/// or `{name}`). Custom tool choices are left out.
+/// `allowed_tools` is refused, not taken for its mode alone: the gateway cannot hold a
+/// turn to a list of tools (its catalog's run inside it, code mode's from the sandbox), and
+/// keeping only the mode let the model call, and the gateway run, tools outside the list
+/// (front round 15 F2). A restriction ignored would answer another question.
+fn allowed_tools_refused(field: &str) -> ApiError {
+    ApiError::bad_request(
+        "tool_choice `allowed_tools` is not supported: this gateway cannot hold a turn to a list of tools; send only the client tools you allow in `tools`, with `auto` or `required`",
+    )
+    .param(field)
+    .code("unsupported_value")
+}
+
+/// Chat `tool_choice`: a word or `{type: "function", function: {name}}` (`allowed_tools`
+/// refused); or the legacy `function_call` (`none`, `auto` or `{name}`). Custom tool
+/// choices are left out.
 pub fn chat_tool_choice(
     v: Option<&Value>,
     legacy: Option<&Value>,
@@ -133,11 +140,7 @@ pub fn chat_tool_choice(
                     )
                     .param(field)),
                 },
-                Some("allowed_tools") => v
-                    .pointer("/allowed_tools/mode")
-                    .and_then(Value::as_str)
-                    .map(|m| choice_word(m, field))
-                    .transpose(),
+                Some("allowed_tools") => Err(allowed_tools_refused(field)),
                 _ => Ok(None),
             },
             _ => Err(
@@ -321,10 +324,8 @@ mod tests {
             r(json!({"type": "function", "name": "f"})).unwrap(),
             Some(ToolChoice::Tool("f".into()))
         );
-        assert_eq!(
-            r(json!({"type": "allowed_tools", "mode": "auto", "tools": []})).unwrap(),
-            Some(ToolChoice::Auto)
-        );
+        let e = r(json!({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "pick"}]})).unwrap_err();
+        assert!(e.message.contains("allowed_tools"), "{}", e.message);
         assert_eq!(r(json!({"type": "web_search_preview"})).unwrap(), None);
         assert!(r(json!("sometimes")).is_err());
         assert!(r(json!(3)).is_err());
