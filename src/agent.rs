@@ -843,10 +843,12 @@ impl Agent {
                 return Outcome::error(format!(
                     "Tool not found: `{}`. {}.",
                     call.name,
-                    crate::texts::recovery_hint(if self.surface.mode == Mode::Code {
-                        "code"
-                    } else {
-                        "tool_call"
+                    // The hint names only what this surface declares: direct mode has no
+                    // search tool (front round 15 F10: it pointed at `tool_search`).
+                    crate::texts::recovery_hint(match self.surface.mode {
+                        Mode::Code => "code",
+                        Mode::Direct => "direct",
+                        _ => "tool_call",
                     })
                 ));
             }

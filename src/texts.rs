@@ -69,6 +69,7 @@ pub fn recovery_hint(caller: &str) -> &'static str {
         "code" => "Find tool ids with `await openclaw.tools.search(\"what you want to do\")`",
         "tool_call" | "directory" => "Find tool ids with `tool_search` first",
         "cli" => "Find tool ids with `toolsearch search WORDS`",
+        "direct" => "Call only the tools declared to you, by their exact names",
         _ => "Search the catalog to find the tool's exact id",
     }
 }
