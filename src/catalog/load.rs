@@ -396,6 +396,7 @@ fn mcp_descriptor(
 pub fn mcp_server_tools(server: &str, tools: Vec<Value>) -> (Vec<ToolDescriptor>, Vec<String>) {
     let mut out = Vec::with_capacity(tools.len());
     let mut skipped = Vec::new();
+    let mut names = std::collections::HashSet::new();
     for (i, value) in tools.into_iter().enumerate() {
         let name = value
             .get("name")
@@ -408,6 +409,13 @@ pub fn mcp_server_tools(server: &str, tools: Vec<Value>) -> (Vec<ToolDescriptor>
             mcp_descriptor(server, t, format!("mcp server `{server}`, tools/list #{i}"))
         });
         match parsed {
+            // A second tool of one name: left out like any bad tool, so the server and
+            // the rest of the catalog stay (review 18: the whole catalog failed to plan,
+            // every command and host with it, and a late duplicate froze every later
+            // rebuild).
+            Ok(d) if !names.insert(d.name.clone()) => skipped.push(format!(
+                "tool #{i} `{name}` left out: a tool of that name came before it"
+            )),
             Ok(d) => out.push(d),
             Err((p, m)) => skipped.push(format!("tool #{i} `{name}` left out: {p}: {m}")),
         }
@@ -813,6 +821,17 @@ mod tests {
         );
         assert!(skipped[1].contains("levels deep"), "{skipped:?}");
         assert!(skipped[2].contains("inputSchema"), "{skipped:?}");
+        // A second tool of one name is left out, not the whole catalog (review 18).
+        let (tools, skipped) = mcp_server_tools(
+            "srv",
+            vec![
+                json!({"name": "twice", "description": "first", "inputSchema": {"type": "object"}}),
+                json!({"name": "twice", "description": "second", "inputSchema": {"type": "object"}}),
+            ],
+        );
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].description, "first");
+        assert!(skipped[0].contains("came before it"), "{skipped:?}");
     }
 
     #[test]

@@ -115,6 +115,10 @@ pub fn plan(descriptors: Vec<ToolDescriptor>, facts: &Facts<'_>) -> Result<Plan>
                     .map(|s| (Source::Mcp.as_str(), s.name.as_str())),
             ),
     );
+    let mut toolsets = toolsets;
+    for server in facts.config.mcp.servers.values() {
+        toolsets.alias(&server.key, &server.name);
+    }
     let policy =
         Policy::from_config(facts.config, &toolsets).map_err(|e| in_config(facts.config, e))?;
     let before = merged.len();
@@ -541,6 +545,21 @@ mod tests {
         let p = run(vec![tool(Source::Openclaw, "core", "x")], &config, &[]).unwrap();
         let set = PatternSet::compile(&["shell".to_string()], &p.toolsets, "approvals").unwrap();
         assert!(set.matches_parts("run_command", "mcp:shell:run_command"));
+    }
+
+    /// A server named by its config key in rules means its tools, whose ids carry its safe
+    /// name (review 18: `deny = ["Corp.Shell"]` matched nothing).
+    #[test]
+    fn a_server_s_config_key_names_its_tools() {
+        let config = config("[mcp.servers.\"Corp.Shell\"]\ncommand = \"/bin/true\"\n");
+        let p = run(vec![tool(Source::Openclaw, "core", "x")], &config, &[]).unwrap();
+        let set =
+            PatternSet::compile(&["Corp.Shell".to_string()], &p.toolsets, "tools.deny").unwrap();
+        let name = &config.mcp.servers.values().next().unwrap().name;
+        assert!(
+            set.matches_parts("run", &format!("mcp:{name}:run")),
+            "{name}"
+        );
     }
 
     #[test]

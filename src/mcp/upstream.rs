@@ -44,6 +44,11 @@ use crate::process::{Group, Leader, StderrTail};
 pub mod limits {
     pub const MAX_PAGES: usize = 100;
     pub const MAX_TOOLS: usize = 10_000;
+    /// The JSON bytes of one server's whole listing. The host holds about 4.5 times a
+    /// listing's size (145 MB listed took 800 MB resident; within the page and tool bounds
+    /// a listing could reach ~1.45 GB, ~6 GB held: review 18); 16 MiB is ~1,600 tools of
+    /// 10 KiB schemas.
+    pub const MAX_LISTING_BYTES: usize = 16 << 20;
     /// Characters of a server's stderr kept for the message naming its failure.
     pub const STDERR_TAIL_CHARS: usize = 600;
     /// Between SIGTERM and SIGKILL when the host stops.
@@ -588,6 +593,7 @@ impl Upstream {
 /// Every page of `tools/list`, within the bounds.
 async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
     let mut tools = Vec::new();
+    let mut bytes = 0usize;
     let mut cursor: Option<String> = None;
     for _ in 0..limits::MAX_PAGES {
         let params = PaginatedRequestParams::default().with_cursor(cursor.take());
@@ -596,7 +602,15 @@ async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
         for t in page.tools {
-            tools.push(serde_json::to_value(&t).map_err(|e| e.to_string())?);
+            let value = serde_json::to_value(&t).map_err(|e| e.to_string())?;
+            bytes += serde_json::to_vec(&value).map_or(0, |v| v.len());
+            tools.push(value);
+        }
+        if bytes > limits::MAX_LISTING_BYTES {
+            return Err(format!(
+                "listed more than {} MiB of tools; refused",
+                limits::MAX_LISTING_BYTES >> 20
+            ));
         }
         if tools.len() > limits::MAX_TOOLS {
             return Err(format!(

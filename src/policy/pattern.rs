@@ -55,6 +55,20 @@ impl Toolsets {
         Toolsets { by_name }
     }
 
+    /// `alias` names what `name` names, unless `alias` is a toolset already (a server's
+    /// config key for its safe name: `deny = ["Corp.Shell"]` matched nothing, and the
+    /// tools of `[mcp.servers."Corp.Shell"]`, ids `mcp:corp_shell:*`, stayed callable,
+    /// review 18).
+    pub fn alias(&mut self, alias: &str, name: &str) {
+        let key = alias.to_ascii_lowercase();
+        if self.by_name.contains_key(&key) {
+            return;
+        }
+        if let Some(members) = self.get(name).cloned() {
+            self.by_name.insert(key, members);
+        }
+    }
+
     fn get(&self, name: &str) -> Option<&Vec<String>> {
         self.by_name.get(&name.to_ascii_lowercase())
     }
