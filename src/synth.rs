@@ -197,6 +197,7 @@ pub fn catalog(count: usize, seed: u64) -> Vec<ToolDescriptor> {
             tags: vec![domain.to_string(), object.to_string()],
             sort_key: None,
             execution_mode: ExecutionMode::Parallel,
+            strict: None,
             origin: format!("synthetic#{i}"),
             name,
         });

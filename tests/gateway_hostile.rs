@@ -791,3 +791,60 @@ fn fields_the_gateway_cannot_honour_are_refused() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("allowed_tools"), "{text}");
 }
+
+/// A client tool's `strict` reaches the provider for that tool (front round 15 F1: it was
+/// dropped, and `strict: false` sent in its place): Responses keeps `strict` per tool,
+/// Chat Completions marks the function strict; a tool without it stays as before.
+#[test]
+fn a_client_tool_s_strict_reaches_the_provider() {
+    for kind in ["openai-responses", "openai-completions"] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let keep = seen.clone();
+        let (url, _) = scripted_provider(move |_, _, request| {
+            keep.lock().unwrap().push(request.clone());
+            if request.get("messages").is_some() {
+                Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}),
+                )
+            } else {
+                Reply::json(
+                    200,
+                    &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}]}),
+                )
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n");
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        let schema = json!({"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false});
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": "hi", "tools": [
+                {"type": "function", "name": "pick_strictly", "parameters": schema, "strict": true},
+                {"type": "function", "name": "pick_loosely", "parameters": schema},
+            ]}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let sent = seen.lock().unwrap().last().cloned().unwrap();
+        let tool = |name: &str| {
+            sent["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == name || t["function"]["name"] == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{kind}: no {name} in {sent}"))
+        };
+        let strict = tool("pick_strictly");
+        let loose = tool("pick_loosely");
+        if kind == "openai-responses" {
+            assert_eq!(strict["strict"], true, "{strict}");
+            assert_eq!(loose["strict"], false, "{loose}");
+        } else {
+            assert_eq!(strict["function"]["strict"], true, "{strict}");
+            assert!(loose["function"].get("strict").is_none(), "{loose}");
+        }
+    }
+}

@@ -202,6 +202,11 @@ pub struct ToolDescriptor {
     pub tags: Vec<String>,
     pub sort_key: Option<String>,
     pub execution_mode: ExecutionMode,
+    /// A client tool's `strict` as the client sent it, forwarded to the provider for that
+    /// tool (front round 15 F1: it was dropped, and `strict: false` sent in its place).
+    /// (Always written: a stored catalog is postcard, which cannot skip a field.)
+    #[serde(default)]
+    pub strict: Option<bool>,
     /// Where the descriptor was read (`file#/tools/3`, `file line 7`), for diagnostics.
     pub origin: String,
 }
@@ -259,6 +264,7 @@ impl ToolDescriptor {
             tags: Vec::new(),
             sort_key: None,
             execution_mode: ExecutionMode::default(),
+            strict: None,
             origin: String::new(),
         })
     }

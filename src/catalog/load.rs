@@ -384,6 +384,7 @@ fn mcp_descriptor(
         tags: Vec::new(),
         sort_key: None,
         execution_mode: ExecutionMode::Parallel,
+        strict: None,
         origin,
     };
     validate(&descriptor)?;
@@ -424,7 +425,7 @@ pub fn mcp_server_tools(server: &str, tools: Vec<Value>) -> (Vec<ToolDescriptor>
 }
 
 /// The function of an OpenAI tool: nested under `function` (Chat Completions) or at the
-/// top of the tool (Responses). Other keys (`type`, `strict`) are ignored.
+/// top of the tool (Responses), `strict` in either place. Other keys (`type`) are ignored.
 #[derive(Deserialize)]
 struct RawOpenAiFunction {
     name: String,
@@ -432,6 +433,8 @@ struct RawOpenAiFunction {
     description: Option<String>,
     #[serde(default)]
     parameters: Option<Value>,
+    #[serde(default)]
+    strict: Option<bool>,
 }
 
 fn parse_openai_tools(
@@ -479,6 +482,7 @@ fn parse_openai_tools(
             tags: Vec::new(),
             sort_key: None,
             execution_mode: ExecutionMode::Parallel,
+            strict: f.strict,
             origin: format!("{}#/{i}", path.display()),
         };
         validate(&descriptor).map_err(at)?;
@@ -615,6 +619,7 @@ impl RawDescriptor {
             tags: self.tags,
             sort_key: self.sort_key,
             execution_mode: self.execution_mode,
+            strict: None,
             origin,
         };
         validate(&descriptor)?;

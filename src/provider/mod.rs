@@ -50,6 +50,9 @@ pub struct ToolSpec {
     pub description: String,
     /// A JSON Schema object for the arguments.
     pub parameters: Value,
+    /// The tool's own `strict` (a gateway client's tool), over the request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 /// A provider's request and response format.

@@ -147,11 +147,22 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
             tools
                 .iter()
                 .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": names.wire_name(&t.name),
-                        "description": t.description,
-                        "parameters": plain_schema(&t.parameters),
-                    }})
+                    // A tool the client made strict stays strict, its schema as strict
+                    // parameters (front round 15 F1: the flag was dropped).
+                    if t.strict == Some(true) {
+                        json!({"type": "function", "function": {
+                            "name": names.wire_name(&t.name),
+                            "description": t.description,
+                            "parameters": strict_parameters(&t.parameters),
+                            "strict": true,
+                        }})
+                    } else {
+                        json!({"type": "function", "function": {
+                            "name": names.wire_name(&t.name),
+                            "description": t.description,
+                            "parameters": plain_schema(&t.parameters),
+                        }})
+                    }
                 })
                 .collect(),
         ),
@@ -166,7 +177,9 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
                 sorted
                     .into_iter()
                     .map(|(wire, t)| {
-                        let parameters = if request.strict {
+                        // The tool's own `strict` (a client's) over the request's.
+                        let strict = t.strict.unwrap_or(request.strict);
+                        let parameters = if strict {
                             strict_parameters(&t.parameters)
                         } else {
                             plain_schema(&t.parameters)
@@ -176,7 +189,7 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
                             "name": wire,
                             "description": t.description,
                             "parameters": parameters,
-                            "strict": request.strict,
+                            "strict": strict,
                         })
                     })
                     .collect(),

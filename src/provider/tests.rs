@@ -56,6 +56,7 @@ fn tool(name: &str, parameters: Value) -> ToolSpec {
         name: name.into(),
         description: format!("{name} tool"),
         parameters,
+        strict: None,
     }
 }
 

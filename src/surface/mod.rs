@@ -236,6 +236,7 @@ pub fn spec(e: &Entry) -> ToolSpec {
         name: e.descriptor.name.clone(),
         description: e.descriptor.description.clone(),
         parameters: e.descriptor.input_schema.value(),
+        strict: e.descriptor.strict,
     }
 }
 
@@ -249,6 +250,7 @@ fn code_tool(timeout_ms: u64) -> ToolSpec {
             "required": ["code"],
             "additionalProperties": false
         }),
+        strict: None,
     }
 }
 
@@ -280,6 +282,7 @@ fn structured_tools(catalog: &Catalog) -> Vec<ToolSpec> {
                 },
                 "additionalProperties": false
             }),
+            strict: None,
         },
         ToolSpec {
             name: TOOL_DESCRIBE.into(),
@@ -290,6 +293,7 @@ fn structured_tools(catalog: &Catalog) -> Vec<ToolSpec> {
                 "required": ["id"],
                 "additionalProperties": false
             }),
+            strict: None,
         },
         ToolSpec {
             name: TOOL_CALL.into(),
@@ -302,6 +306,7 @@ fn structured_tools(catalog: &Catalog) -> Vec<ToolSpec> {
                 },
                 "required": ["id"]
             }),
+            strict: None,
         },
     ]
 }
