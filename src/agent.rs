@@ -127,6 +127,10 @@ fn json_len(value: &Value) -> usize {
 pub struct TurnOptions {
     pub options: RequestOptions,
     pub text: Option<TextStream>,
+    /// Responses `max_tool_calls`: the most calls the turn runs itself (client tools,
+    /// handed back, are not counted). Calls past it are answered as not run, and the rounds
+    /// after it are sent `tool_choice: none`, so the model answers with what it has.
+    pub max_tool_calls: Option<usize>,
 }
 
 /// What a turn has done so far, whether it ends well or not: the places its answers hold,
@@ -229,6 +233,27 @@ pub struct TurnOutcome {
     /// the outcome on keeps them until it is sent.
     #[serde(skip)]
     pub held: Held,
+}
+
+impl TurnOutcome {
+    /// Ends the turn as its last answer ended. A refusal stays in the conversation as the
+    /// model's words, so a continued conversation (a session, a stored response) still has
+    /// it (front round 15 F7: a refusal was sent back as an empty assistant message).
+    fn end_with(&mut self, ending: crate::provider::normalize::Ending) {
+        let last = self.messages.iter_mut().rev().find_map(|m| match m {
+            Message::Assistant { content, .. } => Some(content),
+            _ => None,
+        });
+        if !ending.refusal.is_empty()
+            && let Some(content) = last
+        {
+            if !content.is_empty() {
+                content.push_str("\n\n");
+            }
+            content.push_str(&ending.refusal);
+        }
+        self.ending = ending;
+    }
 }
 
 /// Runs turns for one session against one surface.
@@ -471,6 +496,11 @@ impl Agent {
             Arc::new(o)
         };
         let (first, later) = (for_round(1), for_round(2));
+        let spent = Arc::new(RequestOptions {
+            tool_choice: Some(ToolChoice::None),
+            ..(*later).clone()
+        });
+        let mut calls_left = options.max_tool_calls;
         let mut kept = results::ResultBytes::new(self.results.clone());
         let text_out = options.text;
         // The answer is read from the conversation when the turn ends, not kept beside it:
@@ -494,11 +524,18 @@ impl Agent {
             {
                 out.separate_next();
             }
+            let round_options = Arc::clone(if calls_left == Some(0) {
+                &spent
+            } else if round == 1 {
+                &first
+            } else {
+                &later
+            });
             let request = ModelRequest {
                 system: system.to_string(),
                 tools: self.surface.tools.clone(),
                 messages: Arc::clone(&messages),
-                options: Arc::clone(if round == 1 { &first } else { &later }),
+                options: Arc::clone(&round_options),
                 text: text_out.clone(),
                 held: Arc::new(parking_lot::Mutex::new(std::mem::take(held))),
             };
@@ -511,7 +548,7 @@ impl Agent {
             held.add(std::mem::take(&mut *request.held.lock()));
             drop(request);
             held.add(std::mem::take(&mut reply.held));
-            self.hold_to_choice(&mut reply, &options.options, round);
+            self.hold_to_choice(&mut reply, &round_options, round);
             if let Some(u) = reply.usage {
                 usage.get_or_insert_default().add(u);
             }
@@ -538,18 +575,38 @@ impl Agent {
             });
             if reply.tool_calls.is_empty() {
                 let mut out = self.finish(answer, Stop::Answered, round, calls, messages, usage);
-                out.ending = std::mem::take(&mut reply.ending);
+                out.end_with(std::mem::take(&mut reply.ending));
                 return Ok(out);
             }
+            let allowed = self.within_budget(&reply.tool_calls, &mut calls_left);
             let outcomes = self
                 .run_batch(
-                    &reply.tool_calls,
+                    &reply
+                        .tool_calls
+                        .iter()
+                        .zip(&allowed)
+                        .filter(|(_, ok)| **ok)
+                        .map(|(c, _)| c.clone())
+                        .collect::<Vec<_>>(),
                     &format!("turn{turn}-r{round}"),
                     &abort,
                     MAX_CONVERSATION_BYTES.saturating_sub(conversation_bytes(&messages)),
                     &mut kept,
                 )
                 .await;
+            let mut ran = outcomes.into_iter();
+            let outcomes: Vec<Outcome> = allowed
+                .iter()
+                .map(|ok| match ok {
+                    true => ran
+                        .next()
+                        .unwrap_or_else(|| Outcome::error("the tool call task failed".into())),
+                    false => Outcome::error(format!(
+                        "Not run: this request allows {} tool calls (max_tool_calls), all made. Answer with what you have.",
+                        options.max_tool_calls.unwrap_or_default()
+                    )),
+                })
+                .collect();
             let all_terminate = outcomes.iter().all(|o| o.terminate);
             let stop_after = outcomes.iter().any(|o| o.stop_after_batch);
             let pending: Vec<ToolCall> = reply
@@ -580,7 +637,7 @@ impl Agent {
             if !pending.is_empty() {
                 let mut out = self.finish(answer, Stop::ClientTools, round, calls, messages, usage);
                 out.pending = pending;
-                out.ending = std::mem::take(&mut reply.ending);
+                out.end_with(std::mem::take(&mut reply.ending));
                 return Ok(out);
             }
             if abort.is_cancelled() {
@@ -603,14 +660,45 @@ impl Agent {
         Err(TurnError::RoundLimit(self.max_rounds))
     }
 
+    /// Which of a batch's calls the turn's `max_tool_calls` lets run, in order, counting
+    /// them off `left`: the calls it runs itself count, client calls handed back do not.
+    fn within_budget(&self, calls: &[ToolCall], left: &mut Option<usize>) -> Vec<bool> {
+        calls
+            .iter()
+            .map(|c| {
+                let Some(n) = left else { return true };
+                let handed_back = self.client_passthrough
+                    && matches!(self.route(&c.name), Route::Tool { client: true, .. });
+                if handed_back {
+                    return true;
+                }
+                if *n == 0 {
+                    return false;
+                }
+                *n -= 1;
+                true
+            })
+            .collect()
+    }
+
     /// The reply's calls as the client's options allow them: none under `tool_choice:
     /// none`, the first alone under `parallel_tool_calls: false`. A model that disobeys
     /// has the rest dropped before anything runs, and the drop logged.
+    ///
+    /// An answer the provider cut short (its token limit, its content filter) runs none of
+    /// its calls either: the last may end inside its arguments, and one that parsed may not
+    /// be all the model meant to call (front round 15 F4: a client call cut by Anthropic's
+    /// `max_tokens` was handed over as whole). The turn ends there, said incomplete.
     fn hold_to_choice(&self, reply: &mut ModelReply, options: &RequestOptions, round: usize) {
-        let keep = if options.tool_choice == Some(ToolChoice::None) {
-            0
+        let (keep, why) = if let Some(cut) = reply.ending.cut {
+            (
+                0,
+                format!("the answer was cut short ({})", cut.finish_reason()),
+            )
+        } else if options.tool_choice == Some(ToolChoice::None) {
+            (0, "tool_choice: none".to_string())
         } else if options.parallel_tool_calls == Some(false) {
-            1
+            (1, "parallel_tool_calls: false".to_string())
         } else {
             return;
         };
@@ -618,7 +706,7 @@ impl Agent {
             let dropped: Vec<String> = reply.tool_calls.drain(keep..).map(|c| c.name).collect();
             self.dispatcher.log().event(
                 "calls_dropped",
-                json!({"round": round, "dropped": dropped, "why": if keep == 0 { "tool_choice: none" } else { "parallel_tool_calls: false" }}),
+                json!({"round": round, "dropped": dropped, "why": why}),
             );
         }
     }

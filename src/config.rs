@@ -343,6 +343,12 @@ pub struct ProviderConfig {
     /// Rounds of tool calls one turn may take.
     #[serde(default = "default_max_rounds")]
     pub max_rounds: usize,
+    /// The output bound of a request that names none (Responses `max_output_tokens`,
+    /// Chat `max_completion_tokens`, Anthropic `max_tokens`); unset, OpenAI's kinds send
+    /// none and Anthropic, which requires one, gets
+    /// [`crate::provider::payload::ANTHROPIC_MAX_TOKENS`].
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
 }
 
 fn default_provider_kind() -> String {
@@ -378,6 +384,7 @@ impl Default for ProviderConfig {
             timeout_ms: default_provider_timeout(),
             max_retries: default_retries(),
             max_rounds: default_max_rounds(),
+            max_output_tokens: None,
         }
     }
 }

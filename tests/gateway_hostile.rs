@@ -848,3 +848,276 @@ fn a_client_tool_s_strict_reaches_the_provider() {
         }
     }
 }
+
+/// An answer cut short by the provider inside a tool call is said `incomplete` / `length`,
+/// and none of its calls is run or handed over (front round 15 F4: arguments cut mid-JSON
+/// were a 502 the SDKs sent again three times; Anthropic's `max_tokens` inside a client
+/// `tool_use` handed the call over as `completed`). Per upstream kind, whole and streamed;
+/// the client's tool `pick` and the catalog's `tool_search` alike.
+#[test]
+fn a_call_cut_short_is_incomplete_and_neither_run_nor_handed_over() {
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
+        let (url, asked) = scripted_provider(move |_, _, request| {
+            let streamed = request["stream"] == json!(true);
+            let tool = request["model"].as_str().unwrap_or_default().to_string();
+            let half = "{\"pattern\": \"ab";
+            match (kind, streamed) {
+                ("openai-completions", false) => Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": tool, "arguments": half}}]}, "finish_reason": "length"}]}),
+                ),
+                ("openai-completions", true) => Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": tool, "arguments": half}}]}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+                ]),
+                ("openai-responses", false) => Reply::json(
+                    200,
+                    &json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": [{"type": "function_call", "call_id": "c1", "name": tool, "arguments": half}]}),
+                ),
+                ("openai-responses", true) => Reply::sse(&[
+                    json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "id": "fc1", "call_id": "c1", "name": tool, "arguments": ""}}),
+                    json!({"type": "response.function_call_arguments.delta", "item_id": "fc1", "output_index": 0, "delta": half}),
+                    json!({"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []}}),
+                ]),
+                // Anthropic gives the input it has, whole: the cut is in the stop reason.
+                (_, false) => Reply::json(
+                    200,
+                    &json!({"content": [{"type": "tool_use", "id": "c1", "name": tool, "input": {}}], "stop_reason": "max_tokens"}),
+                ),
+                (_, true) => Reply::sse(&[
+                    json!({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": []}}),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "c1", "name": tool, "input": {}}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": half}}),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}),
+                    json!({"type": "message_stop"}),
+                ]),
+            }
+        });
+        for upstream_stream in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = format!(
+                "max_retries = 0\nstream = {upstream_stream}\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n"
+            );
+            let (_gw, gw) =
+                gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+            let pick = json!({"type": "function", "name": "pick", "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}}});
+            for tool in ["pick", "tool_search"] {
+                let at = format!("{kind} stream {upstream_stream} {tool}");
+                let before = asked.load(Ordering::SeqCst);
+                let (status, text) = post(
+                    &gw,
+                    "/v1/responses",
+                    &json!({"model": tool, "input": "hi", "tools": [pick]}),
+                );
+                assert_eq!(status, 200, "{at}: {text}");
+                let v: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(v["status"], "incomplete", "{at}: {text}");
+                assert_eq!(
+                    v["incomplete_details"]["reason"], "max_output_tokens",
+                    "{at}: {text}"
+                );
+                assert!(!text.contains("function_call"), "{at}: {text}");
+                // One round: the cut call was not run and answered to the model.
+                assert_eq!(asked.load(Ordering::SeqCst) - before, 1, "{at}");
+                let (status, text) = post(
+                    &gw,
+                    "/v1/chat/completions",
+                    &json!({"model": tool, "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "pick", "parameters": pick["parameters"]}}]}),
+                );
+                assert_eq!(status, 200, "{at}: {text}");
+                let v: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(v["choices"][0]["finish_reason"], "length", "{at}: {text}");
+                assert!(
+                    v["choices"][0]["message"].get("tool_calls").is_none(),
+                    "{at}: {text}"
+                );
+            }
+        }
+    }
+}
+
+/// `max_tool_calls` bounds the calls the gateway runs in its own loop (front round 15 F6:
+/// `max_tool_calls: 1` ran three): the call past it is answered as not run, and the next
+/// round is sent `tool_choice: none`, so the model answers.
+#[test]
+fn max_tool_calls_bounds_the_gateway_s_own_loop() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        if request["tool_choice"] == "none" {
+            return Reply::json(200, &message("done"));
+        }
+        let call = |id: &str| json!({"type": "function_call", "call_id": id, "name": "tool_search", "arguments": "{\"query\": \"issue\"}"});
+        Reply::json(200, &json!({"output": [call("c1"), call("c2")]}))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_tool_calls": 1}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["max_tool_calls"], 1, "{text}");
+    assert_eq!(v["output"][0]["content"][0]["text"], "done", "{text}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].get("max_tool_calls").is_none(), "{}", seen[0]);
+    assert_ne!(seen[0]["tool_choice"], "none", "{}", seen[0]);
+    let results: Vec<&Value> = seen[1]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    assert_eq!(results.len(), 2, "{}", seen[1]);
+    assert!(
+        !results[0]["output"].as_str().unwrap().contains("Not run"),
+        "{}",
+        seen[1]
+    );
+    assert!(
+        results[1]["output"]
+            .as_str()
+            .unwrap()
+            .contains("max_tool_calls"),
+        "{}",
+        seen[1]
+    );
+    // Not a count: refused with its path.
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_tool_calls": "one"}),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("max_tool_calls"), "{text}");
+}
+
+/// A refusal stays in the conversation (front round 15 F7): the gateway's Chat answer
+/// `{content: null, refusal}` sent back as history reaches the provider as the model's
+/// words, for each upstream kind; and a session continued after a refused turn still has
+/// it.
+#[test]
+fn a_refusal_stays_in_the_conversation() {
+    let refusal = "I can't help with that.";
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let keep = seen.clone();
+        let (url, _) = scripted_provider(move |_, _, request| {
+            keep.lock().unwrap().push(request.clone());
+            match kind {
+                "openai-completions" => Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": refusal}, "finish_reason": "stop"}]}),
+                ),
+                "openai-responses" => Reply::json(
+                    200,
+                    &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}]}),
+                ),
+                _ => Reply::json(
+                    200,
+                    &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+                ),
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n");
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        let (status, text) = post(
+            &gw,
+            "/v1/chat/completions",
+            &json!({"messages": [
+                {"role": "user", "content": "do the bad thing"},
+                {"role": "assistant", "content": null, "refusal": refusal},
+                {"role": "user", "content": "why not?"},
+            ]}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let sent = seen.lock().unwrap().last().cloned().unwrap();
+        assert!(sent.to_string().contains(refusal), "{kind}: {sent}");
+        if kind == "anthropic" {
+            continue;
+        }
+        // The gateway's own refused turn, continued by session key.
+        let ask = |input: &str| {
+            post(
+                &gw,
+                "/v1/responses",
+                &json!({"input": input, "metadata": {"session_key": "refused"}}),
+            )
+        };
+        let (status, text) = ask("do the bad thing");
+        assert_eq!(status, 200, "{kind}: {text}");
+        let (status, text) = ask("why not?");
+        assert_eq!(status, 200, "{kind}: {text}");
+        let sent = seen.lock().unwrap().last().cloned().unwrap();
+        assert!(sent.to_string().contains(refusal), "{kind}: {sent}");
+    }
+}
+
+/// The request's tools and the gateway's own together stay within the 128 a provider
+/// takes (front round 15 F8: 128 client tools became 131 in code mode); the 400 says how
+/// many the client may send.
+#[test]
+fn client_tools_and_the_gateway_s_own_stay_within_the_provider_s_limit() {
+    let (url, asked) = scripted_provider(|_, _, _| Reply::json(200, &message("ok")));
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let tools = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"type": "function", "name": format!("client_tool_{i}"), "parameters": {"type": "object"}}))
+            .collect()
+    };
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "tools": tools(128)}),
+    );
+    assert_eq!(status, 400, "{text}");
+    // tools mode: tool_search, tool_describe, tool_call and two direct-only tools.
+    assert!(text.contains("the 5 this gateway declares"), "{text}");
+    assert!(text.contains("send at most 123"), "{text}");
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "tools": tools(123)}),
+    );
+    assert_eq!(status, 200, "{text}");
+}
+
+/// Anthropic needs `max_tokens`: a request that names none gets 8192, or `[provider]
+/// max_output_tokens` (front round 15: 1024 cut ordinary answers short); one that names
+/// its own keeps it.
+#[test]
+fn anthropic_s_output_bound_is_roomy_configurable_and_the_request_s_first() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        Reply::json(
+            200,
+            &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+        )
+    });
+    for (config, asked, sent) in [
+        ("", None, 8192),
+        ("max_output_tokens = 300\n", None, 300),
+        ("max_output_tokens = 300\n", Some(77), 77),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"anthropic\"\n{config}");
+        let (_gw, gw) = gateway_with(&url, dir.path(), &config);
+        let mut body = json!({"input": "hi"});
+        if let Some(n) = asked {
+            body["max_output_tokens"] = json!(n);
+        }
+        let (status, text) = post(&gw, "/v1/responses", &body);
+        assert_eq!(status, 200, "{text}");
+        let last = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["max_tokens"], sent, "{config}: {last}");
+    }
+}

@@ -523,6 +523,7 @@ async fn a_streamed_answer_is_every_round_joined_and_the_same_as_the_outcome() {
             TurnOptions {
                 options: RequestOptions::default(),
                 text: Some(TextStream::new(tx, abort.clone(), Duration::from_secs(30))),
+                max_tool_calls: None,
             },
             abort,
         )
@@ -558,6 +559,7 @@ async fn a_forced_tool_choice_holds_for_the_first_round_only_and_maps_onto_the_s
                     ..RequestOptions::default()
                 },
                 text: None,
+                max_tool_calls: None,
             },
             CancellationToken::new(),
         )
@@ -647,6 +649,7 @@ async fn calls_the_client_ruled_out_are_dropped_before_they_run() {
                 TurnOptions {
                     options,
                     text: None,
+                    max_tool_calls: None,
                 },
                 CancellationToken::new(),
             )

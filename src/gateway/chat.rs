@@ -224,6 +224,7 @@ async fn create_inner(
         input,
         client_tools: tools,
         options,
+        max_tool_calls: None,
         remember: false,
         budget,
         admitted,
@@ -355,8 +356,22 @@ fn chat_messages(
                 for c in &calls {
                     call_by_name.insert(c.name.clone(), c.id.clone());
                 }
+                // The model's refusal is its words: kept for the next round as the
+                // gateway keeps its own answers' (front round 15 F7: an answer sent back
+                // with `content: null, refusal` lost the refusal).
+                let mut said = content()?;
+                match m.get("refusal") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(refusal)) => {
+                        if !said.is_empty() && !refusal.is_empty() {
+                            said.push_str("\n\n");
+                        }
+                        said.push_str(refusal);
+                    }
+                    Some(_) => return Err(bad("`refusal` must be a string".into())),
+                }
                 messages.push(Message::Assistant {
-                    content: content()?,
+                    content: said,
                     tool_calls: calls,
                 });
             }

@@ -41,7 +41,9 @@ use crate::provider::normalize::{
     Ending, StreamAssembler, StreamEnding, StreamText, StreamUsage, ending, ends_answer,
     event_values, reply_text, tool_calls, usage,
 };
-use crate::provider::{Item, Provider, Request, WireNames, bounded, options, payload};
+use crate::provider::{
+    Item, Provider, Request, RequestOptions, WireNames, bounded, options, payload,
+};
 
 /// The largest answer read from a provider, whole or streamed.
 pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
@@ -82,6 +84,8 @@ pub struct HttpModel {
     api_key: Option<String>,
     stream: bool,
     retries: u32,
+    /// `[provider] max_output_tokens`: the bound of a request that names none.
+    max_output_tokens: Option<u64>,
     http: reqwest::Client,
     /// Takes the key and the URL's secrets out of every error.
     redactor: Redactor,
@@ -133,6 +137,7 @@ impl HttpModel {
             api_key,
             stream: config.stream,
             retries: config.max_retries,
+            max_output_tokens: config.max_output_tokens,
             http,
             redactor,
             answers: AnswerPool::new(ANSWER_BYTES_IN_FLIGHT, ANSWER_WAIT),
@@ -189,7 +194,18 @@ impl HttpModel {
             },
         );
         let names = WireNames::new(self.provider, &request.tools);
-        options::apply(self.provider, &mut body, &request.options, &names);
+        let defaulted;
+        let options = match self.max_output_tokens {
+            Some(n) if request.options.max_output_tokens.is_none() => {
+                defaulted = RequestOptions {
+                    max_output_tokens: Some(n),
+                    ..(*request.options).clone()
+                };
+                &defaulted
+            }
+            _ => &*request.options,
+        };
+        options::apply(self.provider, &mut body, options, &names);
         if self.streams(request) {
             body["stream"] = json!(true);
             // Chat streams count tokens only when asked to.
@@ -314,13 +330,30 @@ impl HttpModel {
     /// A whole (non-streamed) answer: its tool calls, text and usage.
     fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
         let v: Value = Budget::default().parse(text).map_err(|e| self.garbage(e))?;
-        let calls = tool_calls(self.provider, &v).map_err(|e| self.garbage(e))?;
+        let ending = ending(self.provider, &v);
+        let calls = self.calls_of(tool_calls(self.provider, &v), &ending)?;
         Ok(Answer {
             calls,
             text: reply_text(self.provider, &v),
             usage: usage(self.provider, &v),
-            ending: ending(self.provider, &v),
+            ending,
         })
+    }
+
+    /// The answer's calls. An answer the provider cut short may end inside a call's
+    /// arguments, which are then not JSON: that is the cut, not a broken provider (front
+    /// round 15 F4: a 502 the SDKs sent again three times). The agent runs no call of a cut
+    /// answer, so its calls are not needed whole.
+    fn calls_of(
+        &self,
+        calls: Result<Vec<crate::provider::ToolCall>, crate::provider::ProviderError>,
+        ending: &Ending,
+    ) -> Result<Vec<crate::provider::ToolCall>, ModelError> {
+        match calls {
+            Ok(calls) => Ok(calls),
+            Err(_) if ending.cut.is_some() => Ok(Vec::new()),
+            Err(e) => Err(self.garbage(e)),
+        }
     }
 
     /// A streamed answer, read event by event: tool calls assembled, text sent on to the
@@ -440,7 +473,8 @@ impl HttpModel {
             .take()
             .map(AnswerBytes::into_held)
             .unwrap_or_default();
-        let calls = assembler.finish().map_err(|e| self.garbage(e))?;
+        let ending = how.finish();
+        let calls = self.calls_of(assembler.finish(), &ending)?;
         let (text, late) = text.finish();
         if let (Some(late), Some(out)) = (late, &request.text) {
             out.send(&late).await;
@@ -449,7 +483,7 @@ impl HttpModel {
             calls,
             text,
             usage: counted.finish(),
-            ending: how.finish(),
+            ending,
         };
         Ok((answer, held))
     }

@@ -95,8 +95,10 @@ struct CreateRequest {
     top_logprobs: Option<Value>,
     #[serde(default)]
     truncation: Option<Value>,
+    /// Bounds the gateway's own tool loop ([`crate::agent::TurnOptions::max_tool_calls`]);
+    /// not forwarded: each round is a request of its own upstream, where it bounds nothing.
     #[serde(default)]
-    max_tool_calls: Option<Value>,
+    max_tool_calls: Option<u64>,
     // Read and ignored (named `_...`: read by serde, by nothing else).
     #[serde(default, rename = "background")]
     _background: Option<IgnoredAny>,
@@ -220,6 +222,9 @@ async fn create_inner(
         input,
         client_tools,
         options,
+        max_tool_calls: request
+            .max_tool_calls
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         remember: true,
         budget,
         admitted,
@@ -336,7 +341,6 @@ fn options_of(
         ("prompt_cache_retention", &request.prompt_cache_retention),
         ("top_logprobs", &request.top_logprobs),
         ("truncation", &request.truncation),
-        ("max_tool_calls", &request.max_tool_calls),
     ]);
     Ok(RequestOptions {
         model: request.model.clone(),
@@ -377,6 +381,7 @@ fn echo(r: &CreateRequest) -> Value {
         "reasoning": r.reasoning.clone().unwrap_or(json!({"effort": null, "summary": null})),
         "text": r.text.clone().unwrap_or(json!({"format": {"type": "text"}})),
         "truncation": r.truncation.clone().unwrap_or(json!("disabled")),
+        "max_tool_calls": r.max_tool_calls,
     })
 }
 

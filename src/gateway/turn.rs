@@ -63,6 +63,8 @@ pub struct TurnRequest {
     /// The request's tools, as the client sent them (OpenAI shapes).
     pub client_tools: Vec<Value>,
     pub options: RequestOptions,
+    /// Responses `max_tool_calls` ([`TurnOptions::max_tool_calls`]).
+    pub max_tool_calls: Option<usize>,
     /// Whether the turn's conversation becomes the session's history (Responses); Chat
     /// is stateless and never writes it.
     pub remember: bool,
@@ -273,6 +275,7 @@ impl Gateway {
         let turn_options = TurnOptions {
             options: request.options,
             text,
+            max_tool_calls: request.max_tool_calls,
         };
         let abort_turn = abort.clone();
         let remember = keyed && request.remember;
@@ -373,6 +376,7 @@ impl Gateway {
         system: &str,
         prompt: &str,
     ) -> Result<Prepared, ApiError> {
+        let client_count = client_tools.len();
         let catalog = if client_tools.is_empty() {
             self.catalog()
         } else {
@@ -405,6 +409,7 @@ impl Gateway {
         let planned = surface::plan_request(&catalog, &options, self.provider, system, false)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         check_declared_once(&planned)?;
+        check_declared_count(&planned, client_count)?;
         Ok(Prepared { catalog, planned })
     }
 }
@@ -598,6 +603,24 @@ fn check_collisions(catalog: &Catalog) -> Result<(), ApiError> {
 
 /// Every name the surface declares, declared once: a call by a name declared twice
 /// would run whichever the gateway found first.
+/// The request's tools and the gateway's own, together, within what a provider takes
+/// ([`MAX_CLIENT_TOOLS`], OpenAI's limit): 128 client tools became 131 in code mode, and
+/// the provider's 400 named a list the client never sent (front round 15 F8). A surface
+/// over the limit by itself (direct mode on a large catalog) is the configuration's, and
+/// left to the provider.
+fn check_declared_count(planned: &Planned, client_count: usize) -> Result<(), ApiError> {
+    let declared = planned.surface.tools.len();
+    let own = declared.saturating_sub(client_count);
+    if client_count == 0 || declared <= MAX_CLIENT_TOOLS || own > MAX_CLIENT_TOOLS {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "tools: {client_count} tools and the {own} this gateway declares itself make {declared}, over the {MAX_CLIENT_TOOLS} a provider takes; send at most {}",
+        MAX_CLIENT_TOOLS.saturating_sub(own)
+    ))
+    .param("tools"))
+}
+
 fn check_declared_once(planned: &Planned) -> Result<(), ApiError> {
     let mut seen = HashSet::new();
     for t in &planned.surface.tools {

@@ -19,9 +19,11 @@ use serde_json::{Map, Value, json};
 use super::schema::{gemini_parameters, plain_schema, strict_parameters};
 use super::{Item, Provider, Request, ToolCall, ToolSpec, WireNames};
 
-/// `max_tokens` is required by the Anthropic Messages API; 1024 is enough for a turn that
-/// mostly calls tools, and fixed so bodies are comparable.
-pub const ANTHROPIC_MAX_TOKENS: u64 = 1024;
+/// `max_tokens` is required by the Anthropic Messages API: the bound of a request that
+/// names none (`[provider] max_output_tokens` replaces it in the gateway). 8192 is what
+/// every current Claude model can write; 1024 cut ordinary answers short (front round 15).
+/// Fixed, so bodies are comparable.
+pub const ANTHROPIC_MAX_TOKENS: u64 = 8192;
 
 /// The request body for `provider`: the system prompt, the conversation (each [`Item`] as
 /// the private `conversation` says) and the tools.

@@ -385,7 +385,7 @@ impl Convo {
             }),
             ANTHROPIC => json!({
                 "model": "mock-model",
-                "max_tokens": 1024,
+                "max_tokens": 8192,
                 "messages": self.items,
                 "tools": self.tools.iter().map(|name| json!({
                     "name": name, "description": "", "input_schema": params,
