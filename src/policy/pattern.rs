@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use globset::{Glob, GlobMatcher};
+use globset::{GlobBuilder, GlobMatcher};
 
 use crate::config::Toolset;
 use crate::error::{Error, Result};
@@ -150,10 +150,8 @@ impl PatternSet {
 
     /// Whether the tool with this name and id matches any pattern.
     pub fn matches_parts(&self, name: &str, id: &str) -> bool {
-        let name = name.to_ascii_lowercase();
-        let id = id.to_ascii_lowercase();
-        self.name_globs.iter().any(|g| g.is_match(&name))
-            || self.id_globs.iter().any(|g| g.is_match(&id))
+        self.name_globs.iter().any(|g| g.is_match(name))
+            || self.id_globs.iter().any(|g| g.is_match(id))
     }
 
     pub fn matches(&self, tool: &impl ToolKey) -> bool {
@@ -174,8 +172,13 @@ impl PatternSet {
     }
 }
 
+/// Case is ignored by the matcher, not by lowercasing the pattern: lowercased, a class
+/// changes meaning (`[A-z]` holds `_`, `[a-z]` does not: `deny = ["create[A-z]issue"]`
+/// stopped denying `create_issue`; `[0-Z]` widened to `[0-z]`; review 19 F1).
 fn compile_glob(pattern: &str, what: &str) -> Result<GlobMatcher> {
-    Glob::new(&pattern.to_ascii_lowercase())
+    GlobBuilder::new(pattern)
+        .case_insensitive(true)
+        .build()
         .map(|g| g.compile_matcher())
         .map_err(|e| Error::Usage(format!("{what}: bad tool pattern `{pattern}`: {e}")))
 }
@@ -220,6 +223,23 @@ mod tests {
     fn matching_ignores_ascii_case() {
         let s = set(&["Exec_Command"], &Toolsets::default());
         assert!(s.matches_parts("exec_command", "openclaw:core:exec_command"));
+        let s = set(&["exec_command"], &Toolsets::default());
+        assert!(s.matches_parts("EXEC_COMMAND", "openclaw:core:EXEC_COMMAND"));
+    }
+
+    /// A class means what it says as written, case aside: `[A-z]` holds `_` and the
+    /// letters between `Z` and `a`; `[0-Z]` does not hold lowercase-only signs; `[Z-a]`
+    /// is a valid range (review 19 F1: the pattern was lowercased first).
+    #[test]
+    fn classes_keep_their_ranges_as_written() {
+        let none = Toolsets::default();
+        let s = set(&["create[A-z]issue"], &none);
+        assert!(s.matches_parts("create_issue", "openclaw:github:create_issue"));
+        let s = set(&["x[0-Z]y"], &none);
+        assert!(!s.matches_parts("x{y", "openclaw:t:x{y"));
+        assert!(s.matches_parts("x@y", "openclaw:t:x@y"));
+        let s = set(&["x[Z-a]y"], &none);
+        assert!(s.matches_parts("x_y", "openclaw:t:x_y"));
     }
 
     #[test]
