@@ -1121,3 +1121,202 @@ fn anthropic_s_output_bound_is_roomy_configurable_and_the_request_s_first() {
         assert_eq!(last["max_tokens"], sent, "{config}: {last}");
     }
 }
+
+/// Upstream quirks that lost text or failed every turn (front round 16 F3, F5, F9, F11):
+/// a line that is not UTF-8 fails the turn instead of dropping its text; lone-CR line
+/// endings with a stray line lose nothing; a stream closed by `response.incomplete` keeps
+/// its usage and the text only its closing object had; a server that answers one JSON
+/// document (with a byte-order mark, even) to `stream: true` is read as one; a chunk that
+/// lists choice 1 before choice 0 keeps choice 0's text.
+#[test]
+fn upstream_quirks_lose_no_text_and_fail_no_good_turn() {
+    let (url, _) = scripted_provider(move |_, _, request| {
+        let model = request["model"].as_str().unwrap_or_default().to_string();
+        let chat = |delta: Value, finish: Value| {
+            format!(
+                "data: {}",
+                json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        match model.as_str() {
+            "not-utf8" => {
+                let mut body =
+                    format!("{}\n\n", chat(json!({"content": "AAA-"}), Value::Null)).into_bytes();
+                body.extend_from_slice(b"data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"\xff\xfe\"}}]}\n\n");
+                body.extend_from_slice(
+                    format!(
+                        "{}\n\ndata: [DONE]\n\n",
+                        chat(json!({"content": "ZZZ"}), json!("stop"))
+                    )
+                    .as_bytes(),
+                );
+                Reply::with_type(200, "text/event-stream", body)
+            }
+            "lone-cr" => Reply::with_type(
+                200,
+                "text/event-stream",
+                format!(
+                    "{}\r\rstray: line\r{}\r\r{}\r\rdata: [DONE]\r\r",
+                    chat(json!({"content": "AAA-"}), Value::Null),
+                    chat(json!({"content": "ZZZ"}), Value::Null),
+                    chat(json!({}), json!("stop")),
+                ),
+            ),
+            "choices-out-of-order" => Reply::sse(&[
+                json!({"choices": [{"index": 1, "delta": {"content": "other"}}, {"index": 0, "delta": {"content": "mine"}}]}),
+                json!({"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}, {"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            ]),
+            "plain-json" => Reply::with_type(
+                200,
+                "application/json",
+                format!(
+                    "\u{feff}{}",
+                    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+                ),
+            ),
+            _ => Reply::sse(&[
+                json!({"choices": [{"index": 0, "delta": {"content": "?"}, "finish_reason": "stop"}]}),
+            ]),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = "max_retries = 0\nstream = true\nkind = \"openai-completions\"\n";
+    let (_gw, gw) = gateway_with(&url, dir.path(), config);
+    let ask = |model: &str| {
+        post(
+            &gw,
+            "/v1/chat/completions",
+            &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+    };
+    let (status, text) = ask("not-utf8");
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("not UTF-8"), "{text}");
+    for (model, answer) in [
+        ("lone-cr", "AAA-ZZZ"),
+        ("choices-out-of-order", "mine"),
+        ("plain-json", "whole"),
+    ] {
+        let (status, text) = ask(model);
+        assert_eq!(status, 200, "{model}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["choices"][0]["message"]["content"], answer,
+            "{model}: {text}"
+        );
+    }
+    // Streamed to the client too.
+    let (status, text) = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "plain-json", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("whole"), "{text}");
+
+    // A Responses stream closed by `response.incomplete`: usage and closing-only text.
+    let (url, _) = scripted_provider(|_, _, _| {
+        Reply::sse(&[
+            json!({"type": "response.incomplete", "response": {"status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "closing only"}]}],
+            "usage": {"input_tokens": 111, "output_tokens": 222}}}),
+        ])
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\nstream = true\n");
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "hi"}));
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "incomplete", "{text}");
+    assert_eq!(v["usage"]["output_tokens"], 222, "{text}");
+    assert_eq!(
+        v["output"][0]["content"][0]["text"], "closing only",
+        "{text}"
+    );
+}
+
+/// What a client sends is read as written or refused, never read as something else
+/// (front round 16 F4, F8, F10): an input item of a kind the gateway does not read is a 400
+/// naming it (reasoning and hosted tools' calls are skipped, as documented); arguments that
+/// are not a string and a text part that is not a string are 400s; text parts are separate
+/// paragraphs to the model; Chat's errors name `messages`, a tool of an unknown type `tools`.
+#[test]
+fn client_input_is_read_as_written_or_refused() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        Reply::json(200, &message("ok"))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let user = json!({"role": "user", "content": "hi"});
+    for (item, says) in [
+        (
+            json!({"type": "custom_tool_call_output", "call_id": "c1", "output": "x"}),
+            "`custom_tool_call_output` items are not supported",
+        ),
+        (
+            json!({"type": "mesage", "role": "user", "content": "hi"}),
+            "`mesage` items are not supported",
+        ),
+        (
+            json!({"type": "input_text", "text": "hi"}),
+            "`input_text` items are not supported",
+        ),
+        (
+            json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": {"a": 1}}),
+            "arguments: must be a string",
+        ),
+        (
+            json!({"role": "user", "content": [{"type": "input_text", "text": 5}]}),
+            "content[0].text: must be a string",
+        ),
+    ] {
+        let (status, text) = post(&gw, "/v1/responses", &json!({"input": [item, user]}));
+        assert_eq!(status, 400, "{item}: {text}");
+        assert!(text.contains(says), "{item}: {text}");
+        assert!(text.contains(r#""param":"input""#), "{item}: {text}");
+    }
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}, {"role": "user", "content": [
+            {"type": "input_text", "text": "First part."}, {"type": "input_text", "text": "Second part."}]}]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let sent = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        sent.to_string().contains(r"First part.\n\nSecond part."),
+        "{sent}"
+    );
+    // Chat: the conversation's errors name `messages`; arguments must be a string.
+    for (messages, says, param) in [
+        (
+            json!([{"role": "assistant", "content": "hi"}]),
+            "",
+            "messages",
+        ),
+        (
+            json!([user, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}, {"role": "tool", "tool_call_id": "c1", "content": "x"}]),
+            "must be a string",
+            "messages",
+        ),
+    ] {
+        let (status, text) = post(&gw, "/v1/chat/completions", &json!({"messages": messages}));
+        assert_eq!(status, 400, "{messages}: {text}");
+        assert!(text.contains(says), "{messages}: {text}");
+        assert!(
+            text.contains(&format!(r#""param":"{param}""#)),
+            "{messages}: {text}"
+        );
+    }
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "tools": [{"type": "custom", "name": "freeform"}]}),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains(r#""param":"tools""#), "{text}");
+}

@@ -222,6 +222,7 @@ async fn create_inner(
         system: system.join("\n\n"),
         prior: Prior::Nothing,
         input,
+        input_param: "messages",
         client_tools: tools,
         options,
         max_tool_calls: None,
@@ -336,8 +337,13 @@ fn chat_messages(
                     calls.push(ToolCall {
                         id: id.to_string(),
                         name: name.to_string(),
-                        arguments: arguments_of(text("/function/arguments").unwrap_or(""), budget)
-                            .map_err(|e| bad(format!("tool_calls[{j}].function.arguments: {e}")))?,
+                        arguments: arguments_of(
+                            string_or_none(c.pointer("/function/arguments")).map_err(|e| {
+                                bad(format!("tool_calls[{j}].function.arguments: {e}"))
+                            })?,
+                            budget,
+                        )
+                        .map_err(|e| bad(format!("tool_calls[{j}].function.arguments: {e}")))?,
                     });
                 }
                 if let Some(f) = m.get("function_call").filter(|f| f.is_object()) {
@@ -347,7 +353,8 @@ fn chat_messages(
                         id: format!("legacy_call_{legacy_calls}"),
                         name: name.to_string(),
                         arguments: arguments_of(
-                            f.get("arguments").and_then(Value::as_str).unwrap_or(""),
+                            string_or_none(f.get("arguments"))
+                                .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
                             budget,
                         )
                         .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
@@ -547,6 +554,16 @@ impl ChatStream {
         }
         frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
         frames
+    }
+}
+
+/// A call's argument text: a string, or nothing (`""`); anything else is refused, not read
+/// as `{}` (front round 16 F8).
+fn string_or_none(value: Option<&Value>) -> Result<&str, String> {
+    match value {
+        None | Some(Value::Null) => Ok(""),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err("must be a string (the call's arguments as JSON text)".into()),
     }
 }
 

@@ -329,6 +329,8 @@ impl HttpModel {
 
     /// A whole (non-streamed) answer: its tool calls, text and usage.
     fn parse_whole(&self, text: &str) -> Result<Answer, ModelError> {
+        // A byte-order mark is not JSON, but says nothing either (front round 16 F9).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let v: Value = Budget::default().parse(text).map_err(|e| self.garbage(e))?;
         let ending = ending(self.provider, &v);
         let calls = self.calls_of(tool_calls(self.provider, &v), &ending)?;
@@ -433,6 +435,12 @@ impl HttpModel {
                         "{name}: reading the stream failed: {e}"
                     )));
                 }
+                // Text that is not UTF-8 cannot be read as anything: its piece of the
+                // answer would be lost and the rest said whole (front round 16 F3).
+                Err(sse_stream::Error::Utf8Parse(e)) => {
+                    return Err(self.garbage(format!("a stream line that is not UTF-8: {e}")));
+                }
+                // A line that is not SSE (a stray line, a repeated field) costs only itself.
                 Err(_) => continue,
             };
             let Some(data) = event.data else { continue };
@@ -553,7 +561,10 @@ impl HttpModel {
                     ModelError::from(format!("cannot write the request body: {e}"))
                 })?);
             let response = self.send(body).await?;
-            let streamed = self.streams(request);
+            // Read as it is sent, whatever was asked: a server that ignores `stream: true`
+            // answers one JSON document, every streaming client's turn failed on it as
+            // "no server-sent events" (front round 16 F9).
+            let streamed = self.streams(request) && !is_json(&response);
             let seed = std::mem::take(&mut *request.held.lock());
             let mut bytes = self.answers.answer_from(seed);
             let (answer, held) = if streamed {
@@ -706,12 +717,33 @@ fn join(base: &str, path: &str) -> String {
     }
 }
 
-/// `bytes` cut after each line feed (the last piece may be an unfinished line).
+/// Whether an answer says it is one JSON document (`application/json`, `…+json`).
+fn is_json(response: &reqwest::Response) -> bool {
+    header(response, "content-type").is_some_and(|t| {
+        let t = t
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        t == "application/json" || t.ends_with("+json")
+    })
+}
+
+/// `bytes` cut after each line ending (the last piece may be an unfinished line).
 fn split_lines(bytes: bytes::Bytes) -> Vec<bytes::Bytes> {
     let mut pieces = Vec::new();
     let mut start = 0;
     for (i, b) in bytes.iter().enumerate() {
-        if *b == b'\n' {
+        // A lone CR ends a line too (SSE allows it): split only at LF, a stray line in a
+        // stream of CR endings dropped the rest of its chunk (front round 16 F3). A CR
+        // followed by LF stays with it; one at the chunk's end is left to the parser.
+        let ends = match b {
+            b'\n' => true,
+            b'\r' => bytes.get(i + 1).is_some_and(|next| *next != b'\n'),
+            _ => false,
+        };
+        if ends {
             pieces.push(bytes.slice(start..=i));
             start = i + 1;
         }

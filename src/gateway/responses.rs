@@ -220,6 +220,7 @@ async fn create_inner(
         system,
         prior,
         input,
+        input_param: "input",
         client_tools,
         options,
         max_tool_calls: request
@@ -437,8 +438,18 @@ fn input_messages(
                 let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
                     return Err(bad("a function_call needs `call_id` and `name`".into()));
                 };
-                let arguments = arguments_of(text("arguments").unwrap_or(""), budget)
-                    .map_err(|e| bad(format!("arguments: {e}")))?;
+                let arguments = match item.get("arguments") {
+                    None | Some(Value::Null) => "",
+                    Some(Value::String(s)) => s.as_str(),
+                    Some(_) => {
+                        return Err(bad(
+                            "arguments: must be a string (the call's arguments as JSON text)"
+                                .into(),
+                        ));
+                    }
+                };
+                let arguments =
+                    arguments_of(arguments, budget).map_err(|e| bad(format!("arguments: {e}")))?;
                 let call = ToolCall {
                     id: call_id.to_string(),
                     name: name.to_string(),
@@ -469,13 +480,32 @@ fn input_messages(
                     "item references name items stored by OpenAI; send the items themselves".into(),
                 ));
             }
-            // Reasoning and hosted tools' items carry nothing this gateway's providers
+            // Reasoning, and the calls of hosted tools this gateway never declares (their
+            // findings are in the message that follows them), carry nothing its providers
             // read back.
-            Some(_) => {}
+            Some(kind) if IGNORED_ITEMS.contains(&kind) => {}
+            // Anything else would be dropped unread, a typo as much as a kind of item whose
+            // content matters (front round 16 F4: `custom_tool_call_output`, `"mesage"`).
+            Some(other) => {
+                return Err(bad(format!(
+                    "`{other}` items are not supported; this gateway reads message, function_call and function_call_output items (and skips {})",
+                    IGNORED_ITEMS.join(", ")
+                )));
+            }
         }
     }
     Ok((messages, system))
 }
+
+/// Input items read and skipped: reasoning, and hosted tools' calls.
+const IGNORED_ITEMS: &[&str] = &[
+    "reasoning",
+    "web_search_call",
+    "file_search_call",
+    "image_generation_call",
+    "code_interpreter_call",
+    "mcp_list_tools",
+];
 
 /// `{"a": 1}` from a call's argument text, within the request's `budget`; the empty text
 /// is `{}`.
@@ -493,7 +523,14 @@ pub(super) fn arguments_of(text: &str, budget: &mut Budget) -> Result<Value, Str
 /// A message's content, or a tool's output, as text: a string, or its text parts joined.
 /// A part that is not text (an image, a file, audio) is refused: dropping it would answer
 /// a question the client did not ask.
+///
+/// Parts are joined by a blank line: they are separate pieces of text to the model, and
+/// joined end to end two sentences ran together (front round 16 F8). A part's text must be
+/// a string. `at` is the item's path (`input[2]`, `messages[0]`), whose list is the error's
+/// `param`.
 pub(super) fn content_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
+    let param = at.split('[').next().unwrap_or(at);
+    let bad = |m: String| ApiError::bad_request(m).param(param);
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -501,24 +538,32 @@ pub(super) fn content_text(content: Option<&Value>, at: &str) -> Result<String, 
             let mut text = String::new();
             for (j, part) in parts.iter().enumerate() {
                 let kind = part.get("type").and_then(Value::as_str).unwrap_or("text");
-                let piece = match kind {
-                    "input_text" | "output_text" | "text" => part.get("text"),
-                    "refusal" => part.get("refusal"),
+                let key = match kind {
+                    "input_text" | "output_text" | "text" => "text",
+                    "refusal" => "refusal",
                     other => {
-                        return Err(ApiError::bad_request(format!(
+                        return Err(bad(format!(
                             "{at}.content[{j}]: `{other}` parts are not supported; this gateway passes text only"
-                        ))
-                        .param("input"));
+                        )));
                     }
                 };
-                text.push_str(piece.and_then(Value::as_str).unwrap_or_default());
+                let piece = match part.get(key) {
+                    None | Some(Value::Null) => "",
+                    Some(Value::String(s)) => s.as_str(),
+                    Some(_) => {
+                        return Err(bad(format!("{at}.content[{j}].{key}: must be a string")));
+                    }
+                };
+                if !text.is_empty() && !piece.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(piece);
             }
             Ok(text)
         }
-        Some(_) => Err(ApiError::bad_request(format!(
+        Some(_) => Err(bad(format!(
             "{at}: content must be a string or a list of parts"
-        ))
-        .param("input")),
+        ))),
     }
 }
 

@@ -60,6 +60,9 @@ pub struct TurnRequest {
     /// The new messages: user messages, or the results of the client's tools (their
     /// names may be empty: they are found from the calls).
     pub input: Vec<Message>,
+    /// The request field that holds the conversation (`input`, `messages`): the `param`
+    /// of an error in it.
+    pub input_param: &'static str,
     /// The request's tools, as the client sent them (OpenAI shapes).
     pub client_tools: Vec<Value>,
     pub options: RequestOptions,
@@ -217,13 +220,13 @@ impl Gateway {
         // as long as its turn: so does its share of the gateway's pool.
         Gateway::keep_parsed(&mut request.admitted, budget);
         messages.extend(request.input);
-        settle(&mut messages)?;
+        settle(&mut messages).map_err(|e| e.param(request.input_param))?;
         let size = conversation_bytes(&messages);
         if size > MAX_CONVERSATION_BYTES {
             return Err(ApiError::bad_request(format!(
                 "the conversation is {size} bytes, over the {MAX_CONVERSATION_BYTES} this gateway sends in one turn; start a new one"
             ))
-            .param("input"));
+            .param(request.input_param));
         }
         let input_messages = messages.len();
         let prompt = last_user(&messages);
@@ -382,7 +385,8 @@ impl Gateway {
         } else {
             self.joined
                 .get_or_build(&self.catalog(), &client_tools, || {
-                    let extra = client_tools_of(&client_tools).map_err(ApiError::bad_request)?;
+                    let extra = client_tools_of(&client_tools)
+                        .map_err(|e| ApiError::bad_request(e).param("tools"))?;
                     let catalog =
                         self.host.sources().build_with(extra).map_err(|e| {
                             ApiError::bad_request(format!("tools: {e}")).param("tools")

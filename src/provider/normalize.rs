@@ -93,7 +93,7 @@ fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, Provi
         Provider::OpenaiCompletions => {
             let choices = array_field(provider, obj, "choices")?
                 .ok_or_else(|| bad(provider, "the response has no `choices` array"))?;
-            let Some(choice) = choices.first() else {
+            let Some(choice) = choices.iter().find(|c| is_answer_choice(c)) else {
                 return Ok(Vec::new());
             };
             let Some(message) = choice.get("message").and_then(Value::as_object) else {
@@ -182,6 +182,22 @@ fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, Provi
                 .collect())
         }
     }
+}
+
+/// Whether a Chat choice is the answer's: the one of `index` 0, or one that gives no index.
+/// Only one choice is a turn; with `n > 1` the others come with their index, in any order
+/// (front round 16 F11: a chunk listing choice 1 before choice 0 lost choice 0's text).
+fn is_answer_choice(choice: &Value) -> bool {
+    choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0
+}
+
+/// The answer's choice of a Chat response or chunk ([`is_answer_choice`]).
+fn answer_choice(holder: &Value) -> Option<&Value> {
+    holder
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .find(|c| is_answer_choice(c))
 }
 
 /// `tool_calls`, or Mistral's `toolCalls`; `null` or absent is none.
@@ -456,6 +472,14 @@ pub fn event_values(data: &str) -> Result<Vec<Value>, String> {
         .collect()
 }
 
+/// Whether a Responses stream event of this type closes an answer with the whole response
+/// in it (`response.completed`, or `.incomplete`): its text, calls and usage are read from
+/// either (front round 16 F5: an answer closed by `response.incomplete` lost its usage, and
+/// its text when only the closing object had it).
+fn closes_responses(kind: &str) -> bool {
+    matches!(kind, "response.completed" | "response.incomplete")
+}
+
 /// Whether `event` (or the data `[DONE]`) is the event `provider` ends a whole answer
 /// with: Chat Completions a `finish_reason` on a choice (or `[DONE]`), Responses
 /// `response.completed`, `.incomplete` or `.failed`, Anthropic `message_stop` (or the
@@ -635,8 +659,7 @@ impl StreamAssembler {
             return Ok(());
         };
         for choice in choices {
-            // Only the first choice is a turn; with `n > 1` others come with their index.
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+            if !is_answer_choice(choice) {
                 continue;
             }
             let Some(delta) = choice.get("delta").and_then(Value::as_object) else {
@@ -798,7 +821,7 @@ impl StreamAssembler {
                 }
                 Ok(())
             }
-            "response.completed" => {
+            kind if closes_responses(kind) => {
                 if self.calls.is_empty()
                     && let Some(response) = obj.get("response")
                 {
@@ -924,14 +947,16 @@ fn block_index(
 /// items' text, Anthropic's `text` blocks. Google: the text parts of the first candidate.
 pub fn reply_text(provider: Provider, response: &Value) -> String {
     match provider {
-        Provider::OpenaiCompletions => match response.pointer("/choices/0/message/content") {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect(),
-            _ => String::new(),
-        },
+        Provider::OpenaiCompletions => {
+            match answer_choice(response).and_then(|c| c.pointer("/message/content")) {
+                Some(Value::String(text)) => text.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect(),
+                _ => String::new(),
+            }
+        }
         Provider::OpenaiResponses => responses_output_text(response),
         Provider::Anthropic => response
             .get("content")
@@ -1038,11 +1063,11 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
     match provider {
         Provider::OpenaiCompletions => Ending {
-            cut: response
-                .pointer("/choices/0/finish_reason")
+            cut: answer_choice(response)
+                .and_then(|c| c.get("finish_reason"))
                 .and_then(Value::as_str)
                 .and_then(|r| Cut::of(provider, r)),
-            refusal: text(response.pointer("/choices/0/message/refusal")),
+            refusal: text(answer_choice(response).and_then(|c| c.pointer("/message/refusal"))),
         },
         Provider::OpenaiResponses => Ending {
             cut: responses_cut(response),
@@ -1113,27 +1138,28 @@ impl StreamEnding {
         let e = &mut self.ending;
         match provider {
             Provider::OpenaiCompletions => {
-                if let Some(r) = event
-                    .pointer("/choices/0/finish_reason")
+                let choice = answer_choice(event);
+                if let Some(r) = choice
+                    .and_then(|c| c.get("finish_reason"))
                     .and_then(Value::as_str)
                 {
                     e.cut = Cut::of(provider, r);
                 }
-                if let Some(piece) = event
-                    .pointer("/choices/0/delta/refusal")
+                if let Some(piece) = choice
+                    .and_then(|c| c.pointer("/delta/refusal"))
                     .and_then(Value::as_str)
                 {
                     e.refusal.push_str(piece);
                 }
             }
             Provider::OpenaiResponses => match kind {
-                Some("response.incomplete" | "response.completed") => {
+                Some(kind) if closes_responses(kind) => {
                     let closing = event.get("response").map(|r| ending(provider, r));
                     let said = closing.as_ref().and_then(|c| c.cut);
                     e.cut = e
                         .cut
                         .or(said)
-                        .or_else(|| (kind == Some("response.incomplete")).then_some(Cut::Length));
+                        .or_else(|| (kind == "response.incomplete").then_some(Cut::Length));
                     if let Some(closing) = closing {
                         self.refusal_closing = closing.refusal;
                     }
@@ -1188,13 +1214,10 @@ impl StreamEnding {
 /// `content_block_delta` of type `text_delta`, a Google chunk's text parts.
 pub fn stream_text(provider: Provider, event: &Value) -> Option<String> {
     let text = match provider {
-        Provider::OpenaiCompletions => {
-            let choice = event.pointer("/choices/0")?;
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
-                return None;
-            }
-            choice.pointer("/delta/content")?.as_str()?.to_string()
-        }
+        Provider::OpenaiCompletions => answer_choice(event)?
+            .pointer("/delta/content")?
+            .as_str()?
+            .to_string(),
         Provider::OpenaiResponses => {
             if event.get("type")?.as_str()? != "response.output_text.delta" {
                 return None;
@@ -1245,7 +1268,7 @@ impl StreamText {
                         self.done.push_str(text);
                     }
                 }
-                Some("response.completed") => {
+                Some(kind) if closes_responses(kind) => {
                     if let Some(response) = event.get("response") {
                         self.completed = responses_output_text(response);
                     }
@@ -1336,7 +1359,11 @@ impl StreamUsage {
         let counts = match provider {
             Provider::OpenaiCompletions => event.get("usage"),
             Provider::OpenaiResponses => {
-                if event.get("type").and_then(Value::as_str) != Some("response.completed") {
+                if !event
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(closes_responses)
+                {
                     return;
                 }
                 event.pointer("/response/usage")
