@@ -36,7 +36,7 @@ use crate::catalog::{BatchQuery, Catalog, ExecutionMode};
 use crate::config::Mode;
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
-use crate::provider::{RequestOptions, ToolCall, ToolChoice, Usage};
+use crate::provider::{OutputFormat, RequestOptions, ToolCall, ToolChoice, Usage};
 use crate::sandbox::Sandbox;
 use crate::sandbox::spares::SparePool;
 use crate::surface::{self, Surface};
@@ -55,10 +55,21 @@ pub const MAX_PARALLEL_CALLS: usize = 16;
 /// context window of a million tokens is about 4 MB of text.
 pub const MAX_CONVERSATION_BYTES: usize = 16 * 1024 * 1024;
 
+/// The least output a round is asked for under a turn's output bound (OpenAI refuses a
+/// `max_output_tokens` under 16): with less left, the turn ends cut at its length.
+const MIN_ROUND_OUTPUT_TOKENS: u64 = 16;
+
 /// One message of the conversation, provider-neutral.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
+    /// A system or developer message of the conversation (Responses input items): kept
+    /// with it, so a continued conversation keeps the client's instructions to the model
+    /// (front round 16 F1: they held for one turn only). Providers get it in the system
+    /// prompt, after the request's own.
+    System {
+        content: String,
+    },
     User {
         content: String,
     },
@@ -79,7 +90,7 @@ impl Message {
     /// (the request body that carries it, and the memory it takes, grow with it).
     pub fn text_bytes(&self) -> usize {
         match self {
-            Message::User { content } => content.len(),
+            Message::System { content } | Message::User { content } => content.len(),
             Message::Assistant {
                 content,
                 tool_calls,
@@ -503,9 +514,17 @@ impl Agent {
         let mut calls_left = options.max_tool_calls;
         let mut kept = results::ResultBytes::new(self.results.clone());
         let text_out = options.text;
+        // A structured answer (a JSON object or schema) is the last round's text alone:
+        // joined, two rounds' JSON documents were one answer no parser reads (front round
+        // 16 F2). So its text is not streamed as the provider sends it, but once its round
+        // is known to be the last (it makes no calls).
+        let structured = matches!(
+            options.options.format,
+            Some(OutputFormat::JsonObject | OutputFormat::JsonSchema { .. })
+        );
         // The answer is read from the conversation when the turn ends, not kept beside it:
         // a second copy of every round's text held while the next was read.
-        let answer = messages.len();
+        let mut answer = messages.len();
         let mut said = false;
         let mut usage: Option<Usage> = None;
         let mut calls = Vec::new();
@@ -524,19 +543,38 @@ impl Agent {
             {
                 out.separate_next();
             }
-            let round_options = Arc::clone(if calls_left == Some(0) {
+            let mut round_options = Arc::clone(if calls_left == Some(0) {
                 &spent
             } else if round == 1 {
                 &first
             } else {
                 &later
             });
+            // The client's output bound is the turn's, not each round's (front round 16
+            // F6: a bound of 40 wrote 55 in two rounds, said completed): each round may
+            // write what the rounds before left, and when too little is left for a round
+            // the turn ends there, cut at its length.
+            if let (Some(cap), Some(used)) = (options.options.max_output_tokens, &usage)
+                && round > 1
+            {
+                let left = cap.saturating_sub(used.output_tokens);
+                if left < MIN_ROUND_OUTPUT_TOKENS {
+                    let mut out =
+                        self.finish(answer, Stop::Answered, round - 1, calls, messages, usage);
+                    out.ending.cut = Some(crate::provider::normalize::Cut::Length);
+                    return Ok(out);
+                }
+                round_options = Arc::new(RequestOptions {
+                    max_output_tokens: Some(left),
+                    ..(*round_options).clone()
+                });
+            }
             let request = ModelRequest {
                 system: system.to_string(),
                 tools: self.surface.tools.clone(),
                 messages: Arc::clone(&messages),
                 options: Arc::clone(&round_options),
-                text: text_out.clone(),
+                text: if structured { None } else { text_out.clone() },
                 held: Arc::new(parking_lot::Mutex::new(std::mem::take(held))),
             };
             let mut reply = tokio::select! {
@@ -554,10 +592,12 @@ impl Agent {
             }
             if let Some(out) = &text_out
                 && !reply.streamed
+                && (!structured || reply.tool_calls.is_empty())
             {
                 out.send(&reply.text).await;
+                said |= !reply.text.is_empty();
             }
-            said |= !reply.text.is_empty();
+            said |= reply.streamed && !reply.text.is_empty();
             crate::provider::normalize::unique_ids(
                 &mut reply.tool_calls,
                 messages
@@ -569,6 +609,9 @@ impl Agent {
                     .flatten()
                     .map(|c| c.id.as_str()),
             );
+            if structured {
+                answer = messages.len();
+            }
             Arc::make_mut(&mut messages).push(Message::Assistant {
                 content: std::mem::take(&mut reply.text),
                 tool_calls: reply.tool_calls.clone(),

@@ -1320,3 +1320,152 @@ fn client_input_is_read_as_written_or_refused() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains(r#""param":"tools""#), "{text}");
 }
+
+/// A system or developer message in the input is part of the conversation (front round
+/// 16 F1: it held for one turn, and the continued turns ran without it): a continuation by
+/// `previous_response_id` or by session key still sends it to the provider, in its system
+/// prompt, while `instructions` hold for their own request only.
+#[test]
+fn input_system_messages_continue_with_the_conversation() {
+    for kind in ["openai-responses", "anthropic"] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let keep = seen.clone();
+        let (url, _) = scripted_provider(move |_, _, request| {
+            keep.lock().unwrap().push(request.clone());
+            if kind == "anthropic" {
+                Reply::json(
+                    200,
+                    &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+                )
+            } else {
+                Reply::json(200, &message("ok"))
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"{kind}\"\n");
+        let (_gw, gw) = gateway_with(&url, dir.path(), &config);
+        let system_of = |sent: &Value| -> String {
+            if kind == "anthropic" {
+                sent["system"].as_str().unwrap_or_default().to_string()
+            } else {
+                sent["instructions"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            }
+        };
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"instructions": "ONE-TURN", "input": [
+                {"role": "developer", "content": "ALWAYS-FRENCH"},
+                {"role": "user", "content": "hi"}]}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let first = seen.lock().unwrap().last().cloned().unwrap();
+        assert!(system_of(&first).contains("ONE-TURN"), "{kind}: {first}");
+        assert!(
+            system_of(&first).contains("ALWAYS-FRENCH"),
+            "{kind}: {first}"
+        );
+        let id = serde_json::from_str::<Value>(&text).unwrap()["id"].clone();
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"previous_response_id": id, "input": "and now?"}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        let next = seen.lock().unwrap().last().cloned().unwrap();
+        assert!(system_of(&next).contains("ALWAYS-FRENCH"), "{kind}: {next}");
+        assert!(!system_of(&next).contains("ONE-TURN"), "{kind}: {next}");
+        // By session key.
+        let session = |input: Value| {
+            post(
+                &gw,
+                "/v1/responses",
+                &json!({"input": input, "metadata": {"session_key": "kept-system"}}),
+            )
+        };
+        let (status, _) = session(
+            json!([{"role": "system", "content": "SESSION-RULE"}, {"role": "user", "content": "hi"}]),
+        );
+        assert_eq!(status, 200);
+        let (status, _) = session(json!("again"));
+        assert_eq!(status, 200);
+        let next = seen.lock().unwrap().last().cloned().unwrap();
+        assert!(system_of(&next).contains("SESSION-RULE"), "{kind}: {next}");
+    }
+}
+
+/// A structured answer is the last round's text alone, streamed or not (front round 16
+/// F2: a turn of two rounds answered two JSON documents joined, which the SDK's `parse()`
+/// refused); and the client's output bound holds for the whole turn (F6: 40 allowed 55 over
+/// two rounds, said completed): each round is asked for what is left, and a turn with too
+/// little left ends incomplete.
+#[test]
+fn a_structured_answer_is_the_last_round_s_and_the_output_bound_the_turn_s() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        let answered = request["input"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|x| x["type"] == "function_call_output"));
+        let usage = json!({"input_tokens": 10, "output_tokens": 30});
+        if answered {
+            Reply::json(
+                200,
+                &json!({"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "{\"b\": 2}"}]}], "usage": usage}),
+            )
+        } else {
+            Reply::json(
+                200,
+                &json!({"output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "{\"a\": 1}"}]},
+                {"type": "function_call", "call_id": "c1", "name": "tool_search", "arguments": "{\"query\": \"issue\"}"}], "usage": usage}),
+            )
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let format =
+        json!({"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}});
+    for stream in [false, true] {
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": "hi", "text": format, "stream": stream}),
+        );
+        assert_eq!(status, 200, "{text}");
+        assert!(!text.contains("\\\"a\\\""), "stream {stream}: {text}");
+        assert!(text.contains("\\\"b\\\""), "stream {stream}: {text}");
+        if !stream {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["output"][0]["content"][0]["text"], "{\"b\": 2}", "{text}");
+        }
+    }
+    // A bound of 50: round one writes 30, round two may write 20.
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_output_tokens": 50}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last["max_output_tokens"], 20, "{last}");
+    // A bound of 40: 10 left after round one is too little for a round.
+    let asked = seen.lock().unwrap().len();
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_output_tokens": 40}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "incomplete", "{text}");
+    assert_eq!(
+        v["incomplete_details"]["reason"], "max_output_tokens",
+        "{text}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), asked + 1);
+}

@@ -181,11 +181,12 @@ impl HttpModel {
     /// by [`payload::request_body`] as `toolsearch surface` reports it, with the whole
     /// conversation, the client's options and, when streaming, `"stream": true`.
     pub fn body(&self, request: &ModelRequest) -> Value {
-        let conversation: Vec<Item> = request.messages.iter().map(item_of).collect();
+        let conversation: Vec<Item> = request.messages.iter().filter_map(item_of).collect();
+        let system = system_of(&request.system, &request.messages);
         let mut body = payload::request_body(
             self.provider,
             &Request {
-                system: &request.system,
+                system: &system,
                 conversation: &conversation,
                 tools: &request.tools,
                 model: &self.model,
@@ -625,8 +626,9 @@ struct Answer {
 }
 
 /// The agent's message as the provider layer encodes it.
-fn item_of(message: &Message) -> Item<'_> {
-    match message {
+fn item_of(message: &Message) -> Option<Item<'_>> {
+    Some(match message {
+        Message::System { .. } => return None,
         Message::User { content } => Item::User(content),
         Message::Assistant {
             content,
@@ -646,7 +648,28 @@ fn item_of(message: &Message) -> Item<'_> {
             content,
             is_error: *is_error,
         },
+    })
+}
+
+/// The system prompt a provider gets: the request's, then the conversation's system
+/// messages in order (every provider takes one prompt; Anthropic no system message in the
+/// conversation at all).
+fn system_of<'a>(own: &'a str, messages: &[Message]) -> std::borrow::Cow<'a, str> {
+    let mut parts = messages.iter().filter_map(|m| match m {
+        Message::System { content } if !content.is_empty() => Some(content.as_str()),
+        _ => None,
+    });
+    let Some(first) = parts.next() else {
+        return std::borrow::Cow::Borrowed(own);
+    };
+    let mut system = own.to_string();
+    for part in std::iter::once(first).chain(parts) {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(part);
     }
+    std::borrow::Cow::Owned(system)
 }
 
 fn header(response: &reqwest::Response, name: &str) -> Option<String> {

@@ -4,7 +4,8 @@
 //!
 //! The conversation is the stored one of `previous_response_id` (404 when unknown or
 //! expired), else the session's (`metadata.session_key`), else nothing; then `input`: a
-//! string, or items — messages (`system` and `developer` ones join the instructions),
+//! string, or items — messages (`system` and `developer` ones are kept in the
+//! conversation, and reach the provider after the instructions),
 //! the client's `function_call` items and their `function_call_output`s. Text parts only:
 //! an image or a file is refused, not dropped.
 //!
@@ -182,14 +183,10 @@ async fn create_inner(
     let Some(input) = request.input.as_ref().filter(|i| !i.is_null()) else {
         return Err(ApiError::bad_request("input: required").param("input"));
     };
-    let (input, system_parts) = input_messages(input, &mut budget)?;
-    let mut system = request.instructions.clone().unwrap_or_default();
-    for part in system_parts {
-        if !system.is_empty() {
-            system.push_str("\n\n");
-        }
-        system.push_str(&part);
-    }
+    let input = input_messages(input, &mut budget)?;
+    // The instructions hold for this request only, as OpenAI's do; system and developer
+    // messages are part of the conversation, and continue with it.
+    let system = request.instructions.clone().unwrap_or_default();
     let options = options_of(&request, metadata.clone())?;
     let stream = request.stream == Some(true);
     let mut answer = Answer {
@@ -386,19 +383,13 @@ fn echo(r: &CreateRequest) -> Value {
     })
 }
 
-/// `input` as messages, and the texts of its `system` and `developer` messages.
-fn input_messages(
-    input: &Value,
-    budget: &mut Budget,
-) -> Result<(Vec<Message>, Vec<String>), ApiError> {
+/// `input` as messages (`system` and `developer` ones as [`Message::System`]).
+fn input_messages(input: &Value, budget: &mut Budget) -> Result<Vec<Message>, ApiError> {
     let items = match input {
         Value::String(text) => {
-            return Ok((
-                vec![Message::User {
-                    content: text.clone(),
-                }],
-                Vec::new(),
-            ));
+            return Ok(vec![Message::User {
+                content: text.clone(),
+            }]);
         }
         Value::Array(items) => items,
         _ => {
@@ -408,7 +399,6 @@ fn input_messages(
         }
     };
     let mut messages: Vec<Message> = Vec::new();
-    let mut system = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = format!("input[{i}]");
         let bad = |m: String| ApiError::bad_request(format!("{at}: {m}")).param("input");
@@ -425,7 +415,7 @@ fn input_messages(
                         content: text,
                         tool_calls: Vec::new(),
                     }),
-                    "system" | "developer" => system.push(text),
+                    "system" | "developer" => messages.push(Message::System { content: text }),
                     other => {
                         return Err(bad(format!(
                             "`{other}` is not a role; expected user, assistant, system or developer"
@@ -494,7 +484,7 @@ fn input_messages(
             }
         }
     }
-    Ok((messages, system))
+    Ok(messages)
 }
 
 /// Input items read and skipped: reasoning, and hosted tools' calls.
@@ -729,7 +719,7 @@ mod tests {
 
     #[test]
     fn input_items_become_messages() {
-        let (messages, system) = input_messages(&json!([
+        let messages = input_messages(&json!([
             {"role": "developer", "content": "be brief"},
             {"role": "user", "content": [{"type": "input_text", "text": "pick a file"}]},
             {"type": "function_call", "call_id": "c1", "name": "pick", "arguments": "{\"n\": 1}"},
@@ -737,12 +727,17 @@ mod tests {
             {"type": "reasoning", "summary": []},
         ]), &mut Budget::default())
         .unwrap();
-        assert_eq!(system, ["be brief"]);
-        assert_eq!(messages.len(), 3);
-        assert!(
-            matches!(&messages[1], Message::Assistant { tool_calls, .. } if tool_calls[0].arguments == json!({"n": 1}))
+        assert_eq!(
+            messages[0],
+            Message::System {
+                content: "be brief".into()
+            }
         );
-        assert!(matches!(&messages[2], Message::Tool { content, .. } if content == "a.txt"));
+        assert_eq!(messages.len(), 4);
+        assert!(
+            matches!(&messages[2], Message::Assistant { tool_calls, .. } if tool_calls[0].arguments == json!({"n": 1}))
+        );
+        assert!(matches!(&messages[3], Message::Tool { content, .. } if content == "a.txt"));
     }
 
     #[test]

@@ -535,6 +535,8 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
                     *name = called;
                 }
             }
+            // Instructions between a call and its result change nothing of either.
+            Message::System { .. } => {}
             Message::User { .. } => {
                 if let Some((id, name)) = first_open(&open, &order) {
                     return Err(bad(format!(
@@ -549,8 +551,13 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
             "no tool result for the call `{id}` of `{name}`; send one for every call"
         )));
     }
-    match messages.last() {
+    match messages
+        .iter()
+        .rev()
+        .find(|m| !matches!(m, Message::System { .. }))
+    {
         Some(Message::User { .. } | Message::Tool { .. }) => Ok(()),
+        Some(Message::System { .. }) => unreachable!("system messages are skipped"),
         Some(Message::Assistant { .. }) => Err(bad(
             "the conversation ends with the model's answer: there is nothing to answer".into(),
         )),
