@@ -75,6 +75,22 @@ pub trait ToolKey {
     fn id(&self) -> String;
 }
 
+/// `bytes` random bytes from the OS's source, as hex. Without OS randomness (never seen on
+/// Linux) a clock-and-counter string, unique in the process but guessable, is still better
+/// than no answer.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    if getrandom::fill(&mut buf).is_err() {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return format!("{t:x}{n:x}");
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

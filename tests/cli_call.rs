@@ -18,7 +18,7 @@ use assert_cmd::Command;
 use serde_json::{Value, json};
 
 mod common;
-use common::{COMPACT_KEYS, GENEROUS, Sandbox, err_json, exit_json, fixture, run};
+use common::{COMPACT_KEYS, GENEROUS, Sandbox, err_json, exit_json, fixture, run, untagged};
 
 /// The session key most runs use: the log is `<state>/sessions/t.jsonl`.
 const SESSION: &str = "t";
@@ -246,7 +246,7 @@ fn demo_call_by_id_creates_the_issue() {
         0,
     );
     assert_eq!(text(&v), r#"Created issue #128 "Crash on start""#);
-    assert_eq!(v["call_id"], "cli:direct:create_issue:1");
+    assert_eq!(untagged(&v["call_id"]), "cli:direct:create_issue:1");
     assert_eq!(v["tool"]["id"], "openclaw:github:create_issue");
     assert_eq!(v["tool"]["source"], "openclaw");
     assert_eq!(v["tool"]["source_name"], "github");
@@ -273,7 +273,7 @@ fn demo_call_by_exact_name() {
     );
     assert_eq!(v["tool"]["id"], "openclaw:github:create_issue");
     assert_eq!(text(&v), r#"Created issue #128 "Crash on start""#);
-    assert_eq!(v["call_id"], "cli:direct:create_issue:1");
+    assert_eq!(untagged(&v["call_id"]), "cli:direct:create_issue:1");
 }
 
 #[test]
@@ -320,6 +320,28 @@ fn demo_no_args_means_an_empty_object_which_misses_title() {
     assert_eq!(calls[0]["id"], "openclaw:github:create_issue");
 }
 
+/// Processes that write one session log never repeat a call id (review 19 F2: every CLI
+/// run numbered from 1 under the same parent, so three runs wrote one id three times).
+#[test]
+fn call_ids_of_processes_sharing_a_session_log_are_distinct() {
+    let sb = Sandbox::new();
+    for _ in 0..3 {
+        let out = run(sb
+            .demo()
+            .args(["call", "create_issue", r#"{"title": "Again"}"#, "--json"]));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    }
+    let mut ids: Vec<String> = sb
+        .events("call")
+        .iter()
+        .map(|e| e["call_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+}
+
 #[test]
 fn demo_call_without_json_prints_the_result_as_text() {
     let sb = Sandbox::new();
@@ -327,11 +349,14 @@ fn demo_call_without_json_prints_the_result_as_text() {
         .demo()
         .args(["call", "create_issue", r#"{"title": "Plain"}"#]));
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(
-        out.stdout
-            .starts_with("openclaw:github:create_issue (ok, cli:direct:create_issue:1)\n"),
-        "{}",
-        out.stdout
+    let first = out.stdout.lines().next().unwrap_or_default();
+    let id = first
+        .strip_prefix("openclaw:github:create_issue (ok, ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert_eq!(
+        untagged(&serde_json::json!(id)),
+        "cli:direct:create_issue:1"
     );
     assert!(
         out.stdout.contains(r#"Created issue #128 "Plain""#),
@@ -349,7 +374,7 @@ fn a_positive_control_the_record_tool_runs_and_echoes_its_arguments() {
     let sb = Sandbox::new();
     let v = envelope(&mut sb.call(None, "record", Some(TITLE_X)), 0);
     assert_eq!(v["tool"]["id"], "openclaw:core:record");
-    assert_eq!(v["call_id"], "cli:direct:record:1");
+    assert_eq!(untagged(&v["call_id"]), "cli:direct:record:1");
     assert_eq!(text(&v), TITLE_X);
     sb.assert_ran_with(TITLE_X);
 }
@@ -586,14 +611,14 @@ fn approval_needed_and_not_given_blocks() {
         "says how: {reason}"
     );
     assert_eq!(v["tool"]["id"], "openclaw:core:record");
-    assert_eq!(v["call_id"], "cli:direct:record:1");
+    assert_eq!(untagged(&v["call_id"]), "cli:direct:record:1");
     sb.assert_not_run();
 
     let approvals = sb.events("approval");
     assert_eq!(approvals.len(), 1, "{approvals:?}");
     assert_eq!(approvals[0]["decision"], "deny");
     assert_eq!(approvals[0]["id"], "openclaw:core:record");
-    assert_eq!(approvals[0]["call_id"], "cli:direct:record:1");
+    assert_eq!(untagged(&approvals[0]["call_id"]), "cli:direct:record:1");
     let blocked = sb.events("blocked");
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     assert_eq!(blocked[0]["by"], "approval");
@@ -755,7 +780,7 @@ fn before_hook_receives_the_event_on_stdin() {
     assert_eq!(event["event"], "before_tool_call");
     assert_eq!(event["session"], SESSION);
     assert_eq!(event["call_id"], v["call_id"]);
-    assert_eq!(event["call_id"], "cli:direct:record:1");
+    assert_eq!(untagged(&event["call_id"]), "cli:direct:record:1");
     assert_eq!(
         event["tool"],
         json!({"id": "openclaw:core:record", "name": "record", "source": "openclaw", "source_name": "core"})
@@ -1596,7 +1621,7 @@ fn one_session_key_appends_to_one_file() {
     assert_eq!(log[1]["id"], "openclaw:core:record");
     assert_eq!(log[3]["id"], "openclaw:core:json_out");
     // Each run numbers its own calls from 1.
-    assert_eq!(log[3]["call_id"], "cli:direct:json_out:1");
+    assert_eq!(untagged(&log[3]["call_id"]), "cli:direct:json_out:1");
 }
 
 #[test]

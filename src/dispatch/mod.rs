@@ -84,6 +84,10 @@ pub struct Dispatcher {
     validators: Validators,
     /// Sub-call numbers per parent, for stable call ids.
     sequence: Mutex<HashMap<String, u64>>,
+    /// Random per dispatcher: in every call id, so the ids of processes writing one session
+    /// log (CLI runs appending to `--session`, a restarted server) never repeat (review 19
+    /// F2: three `toolsearch code` runs each wrote `code:cli:create_issue:1`).
+    instance: String,
 }
 
 /// Builds a [`Dispatcher`]; everything but the catalog has a default (no approvals, deny
@@ -189,6 +193,7 @@ impl DispatcherBuilder {
             hook_lock: tokio::sync::Mutex::new(()),
             validators: Validators::default(),
             sequence: Mutex::new(HashMap::new()),
+            instance: crate::ids::random_hex(4),
         }
     }
 }
@@ -600,9 +605,10 @@ impl Dispatcher {
         self.sequence.lock().remove(parent);
     }
 
-    /// `{caller}:{parent or "direct"}:{name}:{n}` (`cli:direct:create_issue:1`,
-    /// `code:run-3:create_issue:2`), n counting from 1 per parent, so an id says who called
-    /// and from which run, and is unique in the session.
+    /// `{caller}:{parent or "direct"}.{instance}:{name}:{n}`
+    /// (`cli:direct.5be03c9a:create_issue:1`, `code:mcp-3.0d41e7f2:create_issue:2`), n
+    /// counting from 1 per parent, so an id says who called and from which run, and is
+    /// unique in the session however many processes write its log.
     fn next_call_id(&self, caller: &str, parent: Option<&str>, name: &str) -> String {
         let parent = parent.unwrap_or("direct");
         let n = {
@@ -611,7 +617,7 @@ impl Dispatcher {
             *n += 1;
             *n
         };
-        format!("{caller}:{parent}:{name}:{n}")
+        format!("{caller}:{parent}.{}:{name}:{n}", self.instance)
     }
 }
 

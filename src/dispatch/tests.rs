@@ -113,7 +113,11 @@ async fn a_fixture_call_returns_the_envelope() {
         .await
         .unwrap();
     assert_eq!(e.tool.id, "openclaw:github:create_issue");
-    assert_eq!(e.call_id, "test:direct:create_issue:1");
+    assert_eq!(untagged(&e.call_id), "test:direct:create_issue:1");
+    assert_eq!(
+        e.call_id,
+        format!("test:direct.{}:create_issue:1", d.instance)
+    );
     assert_eq!(
         e.result.text(),
         r#"FAKE_PLUGIN_OK create_issue {"title":"Crash"}"#
@@ -127,11 +131,14 @@ async fn a_fixture_call_returns_the_envelope() {
         .call(call("create_issue", json!({"title": "Again"})))
         .await
         .unwrap();
-    assert_eq!(second.call_id, "test:direct:create_issue:2");
+    assert_eq!(untagged(&second.call_id), "test:direct:create_issue:2");
     let mut nested = call("create_issue", json!({"title": "x"}));
     nested.parent = Some("run-7".into());
     let nested = d.call(nested).await.unwrap();
-    assert_eq!(nested.call_id, "test:run-7:create_issue:1");
+    assert_eq!(untagged(&nested.call_id), "test:run-7:create_issue:1");
+    // Another dispatcher (another process writing the same session log) says other ids.
+    let (other, _) = dispatcher(|b| b);
+    assert_ne!(other.instance, d.instance);
     assert_eq!(d.counters().executed_count, 3);
     // A run's count goes with it: a server's runs leave nothing behind.
     assert!(d.sequence.lock().contains_key("run-7"));
@@ -459,4 +466,13 @@ proptest! {
         let _ = d.tool_call_input(&flat);
         let _ = d.tool_call_input(&json!({"id": "create_issue", "args": args}));
     }
+}
+
+/// A call id without its dispatcher's instance: `test:direct.ab12cd34:x:1` -> `test:direct:x:1`.
+fn untagged(id: &str) -> String {
+    let mut parts: Vec<&str> = id.splitn(3, ':').collect();
+    parts[1] = parts[1]
+        .rsplit_once('.')
+        .map_or(parts[1], |(parent, _)| parent);
+    parts.join(":")
 }

@@ -138,19 +138,7 @@ impl ResponseStore for MemoryStore {
 
 /// A fresh id: `prefix` and 32 hex digits from the OS's random source.
 pub fn random_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No OS randomness (never seen on Linux): a clock-and-counter id, unique but
-        // guessable, is still better than no answer.
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        return format!("{prefix}{t:x}{n:x}");
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}{hex}")
+    format!("{prefix}{}", crate::ids::random_hex(16))
 }
 
 #[cfg(test)]

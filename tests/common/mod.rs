@@ -222,3 +222,16 @@ impl Bridge for Echo {
         Box::pin(async move { Ok(json!(args)) })
     }
 }
+
+/// A call id without its dispatcher's random instance, which keeps ids of processes
+/// writing one session log apart: `cli:direct.ab12cd34:x:1` -> `cli:direct:x:1`.
+pub fn untagged(id: &serde_json::Value) -> String {
+    let id = id.as_str().unwrap_or_default();
+    let mut parts: Vec<&str> = id.splitn(3, ':').collect();
+    if parts.len() == 3 {
+        parts[1] = parts[1]
+            .rsplit_once('.')
+            .map_or(parts[1], |(parent, _)| parent);
+    }
+    parts.join(":")
+}
