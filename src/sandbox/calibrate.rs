@@ -142,14 +142,25 @@ impl Sandbox {
     /// Whether a child of `plan` starts and says `ready`: the runtime itself, from the
     /// snapshot when `snapshot` (so a blob Node refuses is found here, not in a run).
     fn try_start(&self, plan: &Plan, snapshot: bool) -> Result<(), String> {
+        self.start_once(plan, snapshot).map_err(|f| f.message)
+    }
+
+    /// The same, saying whether a start that failed was refused (the child exited) or
+    /// only slow (still running at the startup timeout): slowness says nothing about a
+    /// barrier.
+    fn start_once(&self, plan: &Plan, snapshot: bool) -> Result<(), StartFailure> {
+        let failed = |message: String| StartFailure {
+            message,
+            slow: false,
+        };
         let entry = match (&self.snapshot, snapshot) {
             (Some(blob), true) => Entry::Snapshot(blob),
             _ => Entry::Inline(RUNTIME_JS, &[]),
         };
         let (mut cmd, parent, child_end) = self
-            .command(entry, plan.prepare(5)?)
-            .map_err(|e| e.to_string())?;
-        let mut process = cmd.spawn().map_err(|e| e.to_string())?;
+            .command(entry, plan.prepare(5).map_err(failed)?)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut process = cmd.spawn().map_err(|e| failed(e.to_string()))?;
         drop(child_end);
         let startup = Duration::from_millis(self.policy.limits.startup_timeout_ms);
         let _ = parent.set_read_timeout(Some(startup));
@@ -161,35 +172,65 @@ impl Sandbox {
         );
         let ready =
             read.is_ok() && matches!(protocol::decode(&line, 4096), Ok(ChildFrame::Ready {}));
+        let timed_out = read.as_ref().is_err_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        });
+        let slow = timed_out && matches!(process.try_wait(), Ok(None));
         // The child is its own group leader only if setsid applied: kill it by pid.
         let _ = process.kill();
-        let out = process.wait_with_output().map_err(|e| e.to_string())?;
+        let out = process
+            .wait_with_output()
+            .map_err(|e| failed(e.to_string()))?;
         drop(parent);
         if ready {
             return Ok(());
         }
+        if slow {
+            return Err(StartFailure {
+                message: format!("node was not ready within {} ms", startup.as_millis()),
+                slow: true,
+            });
+        }
         let err = String::from_utf8_lossy(&out.stderr);
         let err = err.trim();
-        Err(if err.is_empty() {
+        Err(failed(if err.is_empty() {
             format!("node exited with {} before `ready`", out.status)
         } else {
             format!("node exited with {}: {err}", out.status)
-        })
+        }))
     }
 
     /// One real start with every barrier; if that fails, finds the barrier the host
     /// refuses by starting without each in turn. A snapshot that fails where an inline
     /// start works is not used.
+    ///
+    /// A barrier is switched off only on evidence that it is refused, never on slowness
+    /// (review 19: two starts slowed past their timeout by load, then a third that started
+    /// without the address-space limit, switched that limit off for the process): starts
+    /// that were only slow keep every barrier, and a barrier whose absence let a child start
+    /// is switched off only if the whole plan still fails right after.
     fn calibrate(&mut self, strict: bool) -> Result<(), SandboxError> {
-        let first = match self.try_start(&self.plan, true) {
+        let first = match self.start_once(&self.plan, true) {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
         // Once more as it is: a start slowed past its timeout on a loaded host is not a
         // refused barrier, and switching one off is for the rest of the process.
-        if self.try_start(&self.plan, true).is_ok() {
+        let second = match self.start_once(&self.plan, true) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if first.slow && second.slow {
+            tracing::warn!(
+                "sandbox: node starts slowly here ({}); every barrier kept",
+                first.message
+            );
             return Ok(());
         }
+        let first = first.message;
         if self.snapshot.is_some() && self.try_start(&self.plan, false).is_ok() {
             tracing::warn!("sandbox: node refused the startup snapshot ({first}); starting inline");
             self.drop_snapshot();
@@ -209,7 +250,7 @@ impl Sandbox {
                 }
             }
             trial.disable(name, String::new());
-            if self.try_start(&trial, true).is_ok() {
+            if self.try_start(&trial, true).is_ok() && self.try_start(&self.plan, true).is_err() {
                 let why = format!("refused by this host ({first})");
                 if strict {
                     return Err(SandboxError::new(
@@ -245,4 +286,11 @@ impl Sandbox {
             tracing::warn!("sandbox: not using the startup snapshot {}", blob.display());
         }
     }
+}
+
+/// Why a calibration start failed.
+struct StartFailure {
+    message: String,
+    /// The child was still starting at the timeout: the host is slow, not refusing.
+    slow: bool,
 }

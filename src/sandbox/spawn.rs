@@ -123,9 +123,15 @@ impl Sandbox {
             )),
             Ok(None | Some(Err(ProtocolError::Io(_)))) => Err(self.exited(&mut child).await),
             Ok(Some(Err(e))) => Err(SandboxError::new("protocol", e.to_string())),
+            // Slow, not failed: a `timeout`, which leaves a cached calibration alone (as
+            // `child-exited` it was forgotten, and the next host calibrated again under the
+            // same load; review 19).
             Err(_) => Err(SandboxError::new(
-                "child-exited",
-                format!("the child was not ready within {} ms", startup.as_millis()),
+                "timeout",
+                format!(
+                    "the child was not ready within {} ms (startup_timeout_ms)",
+                    startup.as_millis()
+                ),
             )),
         }
     }

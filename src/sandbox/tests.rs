@@ -547,3 +547,32 @@ async fn a_child_holds_no_capability_and_has_its_own_user_namespace() {
     );
     child.process.kill_now_reap_later();
 }
+
+/// Slowness is not refusal (review 19): starts that never get ready in time keep every
+/// barrier the host applies (a third start that happened to be quick without one switched
+/// that barrier off for the process), and a child not ready in time is a `timeout`, which
+/// leaves a cached calibration alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_starts_switch_no_barrier_off() {
+    let applied = |s: &Sandbox| -> Vec<String> {
+        s.barriers()
+            .iter()
+            .filter(|b| b.applied)
+            .map(|b| b.name.to_string())
+            .collect()
+    };
+    let expected = applied(&sandbox());
+    let mut policy = SandboxPolicy::default_policy().unwrap();
+    policy.limits.startup_timeout_ms = 1;
+    let slow = tokio::task::spawn_blocking(move || Sandbox::new(None, policy, false))
+        .await
+        .unwrap()
+        .expect("a sandbox whose starts are only slow");
+    assert_eq!(applied(&slow), expected);
+    let e = slow
+        .spawn(Duration::from_secs(5))
+        .await
+        .err()
+        .expect("not ready in 1 ms");
+    assert_eq!(e.code, "timeout", "{e}");
+}
