@@ -246,6 +246,7 @@ pub fn mcp_serve(
         shutdown()
     };
     let host = Host::load(options)?;
+    check_approvals_name_one_tool(&host.catalog(), approve)?;
     let approver = CliApprover::non_interactive(approve, host.catalog().toolsets())?;
     let dispatcher = host.dispatcher(Arc::new(approver))?;
     runtime.block_on(async {
@@ -342,10 +343,46 @@ pub fn eval(options: Options, catalog: &Path, queries: &Path, k: &[usize]) -> Re
 /// The command line's approver: `approve` patterns pass; others are asked on the terminal
 /// when stdin is one.
 fn cli_approver(host: &Host, approve: &[String]) -> Result<Arc<CliApprover>> {
+    check_approvals_name_one_tool(&host.catalog(), approve)?;
     Ok(Arc::new(CliApprover::new(
         approve,
         host.catalog().toolsets(),
     )?))
+}
+
+/// An `--approve` word that is a tool's name (not a toolset's) must name one tool: a name
+/// several sources share approved all of them, a server's `create_issue` with the plugin's
+/// the user meant (review 18). The pattern language keeps its meaning (a bare name is every
+/// tool of that name) in config rules, written once and read; on the command line, where
+/// a name is typed for the tool just seen, the ids are asked for instead. Tools a server
+/// lists later are not known here.
+fn check_approvals_name_one_tool(
+    catalog: &crate::catalog::Catalog,
+    approve: &[String],
+) -> Result<()> {
+    for pattern in approve {
+        let word = pattern.trim();
+        let plain = !word.contains([':', '*', '?', '[', '{']);
+        if !plain || word.starts_with("group:") || catalog.toolsets().names(word) {
+            continue;
+        }
+        let mut ids: Vec<String> = catalog
+            .cataloged()
+            .iter()
+            .chain(catalog.direct_only())
+            .filter(|e| e.descriptor.name.eq_ignore_ascii_case(word))
+            .map(|e| e.id.clone())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        if ids.len() > 1 {
+            return Err(Error::Usage(format!(
+                "--approve {word}: several tools have this name ({}); approve the one you mean by its id",
+                ids.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn local_addr(listener: &tokio::net::TcpListener) -> Result<std::net::SocketAddr> {

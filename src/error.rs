@@ -113,7 +113,7 @@ pub enum Error {
     /// Two tools that must be told apart by name share one (a client tool and a cataloged
     /// tool in directory mode).
     #[error(
-        "tool name `{name}` is used by both `{first}` and `{second}`; directory mode calls tools by exact name, so rename one"
+        "tool name `{name}` is used by both `{first}` and `{second}`; the model calls these tools by their name, so rename one"
     )]
     NameCollision {
         name: String,

@@ -428,6 +428,24 @@ fn ambiguous_bare_name_lists_both_ids() {
     assert_eq!(sb.events("call")[0]["outcome"], "ambiguous-tool");
 }
 
+/// `--approve NAME` must name one tool: a name two sources share is refused before
+/// anything runs, naming both ids (review 18: it approved the server's tool with the
+/// plugin's); an id approves its tool alone.
+#[test]
+fn approving_a_shared_name_asks_for_the_id() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.call(None, "mcp:alpha:twin", Some(r#"{"k":1}"#));
+    cmd.args(["--approve", "Twin"]);
+    let m = err_json(&mut cmd, 2, "usage");
+    assert!(m.contains("openclaw:core:twin"), "{m}");
+    assert!(m.contains("mcp:alpha:twin"), "{m}");
+    assert!(m.contains("by its id"), "{m}");
+    sb.assert_not_run();
+    let mut cmd = sb.call(None, "mcp:alpha:twin", Some(r#"{"k":1}"#));
+    cmd.args(["--approve", "mcp:alpha:twin"]);
+    envelope(&mut cmd, 0);
+}
+
 #[test]
 fn an_ambiguous_name_still_runs_by_id() {
     let sb = Sandbox::new();

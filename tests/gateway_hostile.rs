@@ -1469,3 +1469,29 @@ fn a_structured_answer_is_the_last_round_s_and_the_output_bound_the_turn_s() {
     );
     assert_eq!(seen.lock().unwrap().len(), asked + 1);
 }
+
+/// A request's tool named like a tool of the gateway's catalog is a 400 that names the
+/// catalog's tool and says what to do, in every mode (review 18: it said "directory mode"
+/// whatever the mode).
+#[test]
+fn a_client_tool_named_like_a_catalog_tool_is_refused_in_words_for_the_client() {
+    let (url, asked) = scripted_provider(|_, _, _| Reply::json(200, &message("ok")));
+    for mode in ["code", "tools", "direct"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_in(mode, &url, dir.path(), "max_retries = 0\n");
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": "hi", "tools": [{"type": "function", "name": "create_issue", "parameters": {"type": "object"}}]}),
+        );
+        assert_eq!(status, 400, "{mode}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], "name-collision", "{mode}: {text}");
+        assert_eq!(v["error"]["param"], "tools", "{mode}: {text}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("openclaw:github:create_issue"), "{mode}: {m}");
+        assert!(m.contains("rename the request's tool"), "{mode}: {m}");
+        assert!(!m.contains("directory mode"), "{mode}: {m}");
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+}

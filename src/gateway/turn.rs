@@ -601,19 +601,19 @@ fn check_collisions(catalog: &Catalog) -> Result<(), ApiError> {
     }
     for client in all().filter(|e| e.descriptor.source == Source::Client) {
         if let Some(other) = others.get(client.descriptor.name.as_str()) {
-            let e = crate::error::Error::NameCollision {
-                name: client.descriptor.name.clone(),
-                first: client.id.clone(),
-                second: other.to_string(),
-            };
-            return Err(ApiError::bad_request(format!("tools: {e}")).param("tools"));
+            // Said for the client, in every mode (review 18: it said "directory mode"
+            // whatever the mode was, and did not say whose the other tool is).
+            return Err(ApiError::bad_request(format!(
+                "tools: `{}` is also the name of `{other}`, a tool of this gateway's catalog; the model calls tools by name, so rename the request's tool",
+                client.descriptor.name
+            ))
+            .param("tools")
+            .code("name-collision"));
         }
     }
     Ok(())
 }
 
-/// Every name the surface declares, declared once: a call by a name declared twice
-/// would run whichever the gateway found first.
 /// The request's tools and the gateway's own, together, within what a provider takes
 /// ([`MAX_CLIENT_TOOLS`], OpenAI's limit): 128 client tools became 131 in code mode, and
 /// the provider's 400 named a list the client never sent (front round 15 F8). A surface
@@ -632,6 +632,8 @@ fn check_declared_count(planned: &Planned, client_count: usize) -> Result<(), Ap
     .param("tools"))
 }
 
+/// Every name the surface declares, declared once: a call by a name declared twice
+/// would run whichever the gateway found first.
 fn check_declared_once(planned: &Planned) -> Result<(), ApiError> {
     let mut seen = HashSet::new();
     for t in &planned.surface.tools {

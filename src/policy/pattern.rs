@@ -26,6 +26,8 @@ use crate::ids::ToolKey;
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Toolsets {
     by_name: BTreeMap<String, Vec<String>>,
+    /// A source's other spelling (a server's config key) -> the name its ids use.
+    spelled: BTreeMap<String, String>,
 }
 
 impl Toolsets {
@@ -52,21 +54,44 @@ impl Toolsets {
                 by_name.insert(alias.to_ascii_lowercase(), set.patterns.clone());
             }
         }
-        Toolsets { by_name }
+        Toolsets {
+            by_name,
+            spelled: BTreeMap::new(),
+        }
     }
 
     /// `alias` names what `name` names, unless `alias` is a toolset already (a server's
     /// config key for its safe name: `deny = ["Corp.Shell"]` matched nothing, and the
     /// tools of `[mcp.servers."Corp.Shell"]`, ids `mcp:corp_shell:*`, stayed callable,
     /// review 18).
+    ///
+    /// Inside an id pattern too: `mcp:Corp.Shell:*` names `mcp:corp_shell:*` (it matched
+    /// nothing, silently).
     pub fn alias(&mut self, alias: &str, name: &str) {
         let key = alias.to_ascii_lowercase();
+        if key != name.to_ascii_lowercase() {
+            self.spelled.insert(key.clone(), name.to_string());
+        }
         if self.by_name.contains_key(&key) {
             return;
         }
         if let Some(members) = self.get(name).cloned() {
             self.by_name.insert(key, members);
         }
+    }
+
+    /// An id pattern whose source part is another spelling of a source, with the spelling
+    /// its ids use (`mcp:Corp.Shell:*` -> `mcp:corp_shell:*`).
+    fn respell(&self, pattern: &str) -> Option<String> {
+        let mut parts = pattern.splitn(3, ':');
+        let (source, name, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        let id_name = self.spelled.get(&name.to_ascii_lowercase())?;
+        Some(format!("{source}:{id_name}:{rest}"))
+    }
+
+    /// Whether `name` is a toolset (a configured one, a source's name, an alias).
+    pub fn names(&self, name: &str) -> bool {
+        self.get(name).is_some()
     }
 
     fn get(&self, name: &str) -> Option<&Vec<String>> {
@@ -116,6 +141,9 @@ impl PatternSet {
         let glob = compile_glob(pattern, what)?;
         if pattern.contains(':') {
             self.id_globs.push(glob);
+            if let Some(respelled) = toolsets.respell(pattern) {
+                self.id_globs.push(compile_glob(&respelled, what)?);
+            }
         } else {
             self.name_globs.push(glob);
             let plain = !pattern.contains(['*', '?', '[', '{']);
@@ -217,6 +245,19 @@ mod tests {
         assert!(s.matches_parts("create_issue", "openclaw:github:create_issue"));
         assert!(s.matches_parts("delete_repo", "mcp:github:delete_repo"));
         assert_eq!(ts.get("github").unwrap().len(), 2, "{ts:?}");
+    }
+
+    /// A server's config key names it inside an id pattern as it does bare (review 18:
+    /// `mcp:Corp.Shell:*` matched nothing, and said nothing).
+    #[test]
+    fn a_config_key_names_its_server_inside_an_id_pattern() {
+        let mut ts = Toolsets::new(&BTreeMap::new(), [("mcp", "corp_shell")]);
+        ts.alias("Corp.Shell", "corp_shell");
+        let s = set(&["mcp:Corp.Shell:*"], &ts);
+        assert!(s.matches_parts("run", "mcp:corp_shell:run"));
+        assert!(!s.matches_parts("run", "mcp:other:run"));
+        let s = set(&["Corp.Shell"], &ts);
+        assert!(s.matches_parts("run", "mcp:corp_shell:run"));
     }
 
     #[test]
