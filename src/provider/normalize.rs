@@ -492,38 +492,44 @@ pub fn ends_answer(provider: Provider, data: &str, event: Option<&Value>) -> boo
     }
     let Some(event) = event else { return false };
     let kind = event.get("type").and_then(Value::as_str);
+    let says_stop = stop_reason(provider, event).is_some_and(|r| !r.is_null());
     match provider {
-        Provider::OpenaiCompletions => {
-            event
-                .get("choices")
-                .and_then(Value::as_array)
-                .is_some_and(|choices| {
-                    choices.iter().any(|c| {
-                        c.get("finish_reason")
-                            .or_else(|| c.get("finishReason"))
-                            .is_some_and(|r| !r.is_null())
-                    })
-                })
-        }
         Provider::OpenaiResponses => matches!(
             kind,
             Some("response.completed" | "response.incomplete" | "response.failed")
         ),
-        Provider::Anthropic => {
-            kind == Some("message_stop")
-                || (kind == Some("message_delta")
-                    && event
-                        .pointer("/delta/stop_reason")
-                        .is_some_and(|r| !r.is_null()))
-        }
-        Provider::Google => event
-            .get("candidates")
-            .and_then(Value::as_array)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.get("finishReason").is_some_and(|r| !r.is_null()))
-            }),
+        Provider::Anthropic => kind == Some("message_stop") || says_stop,
+        Provider::OpenaiCompletions | Provider::Google => says_stop,
     }
+}
+
+/// Where `provider` says why an answer stopped, in a whole answer or a stream event: Chat
+/// the answer's choice's `finish_reason` (`finishReason` for some servers), Anthropic the
+/// message's `stop_reason` (a stream's `message_delta` has it in `delta`), Gemini the first
+/// candidate's `finishReason`. The Responses API says it in its status instead. One place,
+/// so the end check and the ending read the same field.
+fn stop_reason(provider: Provider, value: &Value) -> Option<&Value> {
+    match provider {
+        Provider::OpenaiCompletions => {
+            let choice = answer_choice(value)?;
+            choice
+                .get("finish_reason")
+                .or_else(|| choice.get("finishReason"))
+        }
+        Provider::Anthropic => match value.get("type").and_then(Value::as_str) {
+            Some("message_delta") => value.pointer("/delta/stop_reason"),
+            _ => value.get("stop_reason"),
+        },
+        Provider::Google => value.pointer("/candidates/0/finishReason"),
+        Provider::OpenaiResponses => None,
+    }
+}
+
+/// The cut a whole answer's or a stream event's stop reason says, if it says one.
+fn cut_of(provider: Provider, value: &Value) -> Option<Option<Cut>> {
+    stop_reason(provider, value)
+        .and_then(Value::as_str)
+        .map(|r| Cut::of(provider, r))
 }
 
 /// Assembles the tool calls of one streamed response from its events, pushed in order.
@@ -1063,10 +1069,7 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
     match provider {
         Provider::OpenaiCompletions => Ending {
-            cut: answer_choice(response)
-                .and_then(|c| c.get("finish_reason"))
-                .and_then(Value::as_str)
-                .and_then(|r| Cut::of(provider, r)),
+            cut: cut_of(provider, response).flatten(),
             refusal: text(answer_choice(response).and_then(|c| c.pointer("/message/refusal"))),
         },
         Provider::OpenaiResponses => Ending {
@@ -1079,18 +1082,8 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
                     .flatten(),
             ),
         },
-        Provider::Anthropic => Ending {
-            cut: response
-                .get("stop_reason")
-                .and_then(Value::as_str)
-                .and_then(|r| Cut::of(provider, r)),
-            refusal: String::new(),
-        },
-        Provider::Google => Ending {
-            cut: response
-                .pointer("/candidates/0/finishReason")
-                .and_then(Value::as_str)
-                .and_then(|r| Cut::of(provider, r)),
+        Provider::Anthropic | Provider::Google => Ending {
+            cut: cut_of(provider, response).flatten(),
             refusal: String::new(),
         },
     }
@@ -1138,14 +1131,10 @@ impl StreamEnding {
         let e = &mut self.ending;
         match provider {
             Provider::OpenaiCompletions => {
-                let choice = answer_choice(event);
-                if let Some(r) = choice
-                    .and_then(|c| c.get("finish_reason"))
-                    .and_then(Value::as_str)
-                {
-                    e.cut = Cut::of(provider, r);
+                if let Some(cut) = cut_of(provider, event) {
+                    e.cut = cut;
                 }
-                if let Some(piece) = choice
+                if let Some(piece) = answer_choice(event)
                     .and_then(|c| c.pointer("/delta/refusal"))
                     .and_then(Value::as_str)
                 {
@@ -1181,19 +1170,9 @@ impl StreamEnding {
                 }
                 _ => {}
             },
-            Provider::Anthropic => {
-                if kind == Some("message_delta")
-                    && let Some(r) = event.pointer("/delta/stop_reason").and_then(Value::as_str)
-                {
-                    e.cut = Cut::of(provider, r);
-                }
-            }
-            Provider::Google => {
-                if let Some(r) = event
-                    .pointer("/candidates/0/finishReason")
-                    .and_then(Value::as_str)
-                {
-                    e.cut = Cut::of(provider, r);
+            Provider::Anthropic | Provider::Google => {
+                if let Some(cut) = cut_of(provider, event) {
+                    e.cut = cut;
                 }
             }
         }
