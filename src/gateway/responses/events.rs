@@ -98,40 +98,14 @@ impl ResponsesStream {
         }));
         // A refusal is a part of its own after the text, with its own events.
         if !ending.refusal.is_empty() {
-            let refusal: Arc<str> = ending.refusal.as_str().into();
-            let r = Arc::clone(&refusal);
-            end.push(Box::new(move |s: &mut Self| {
-                let id = s.answer.message_id.clone();
-                s.event(
-                    "response.content_part.added",
-                    json!({"item_id": id, "output_index": 0, "content_index": 1,
-                           "part": {"type": "refusal", "refusal": ""}}),
-                )
-            }));
-            let r2 = Arc::clone(&r);
-            end.push(Box::new(move |s: &mut Self| {
-                let id = s.answer.message_id.clone();
-                s.event(
-                    "response.refusal.delta",
-                    json!({"item_id": id, "output_index": 0, "content_index": 1, "delta": &*r2}),
-                )
-            }));
-            let r3 = Arc::clone(&r);
-            end.push(Box::new(move |s: &mut Self| {
-                let id = s.answer.message_id.clone();
-                s.event(
-                    "response.refusal.done",
-                    json!({"item_id": id, "output_index": 0, "content_index": 1, "refusal": &*r3}),
-                )
-            }));
-            end.push(Box::new(move |s: &mut Self| {
-                let id = s.answer.message_id.clone();
-                s.event(
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": 0, "content_index": 1,
-                           "part": {"type": "refusal", "refusal": &*refusal}}),
-                )
-            }));
+            for (kind, data) in refusal_part_events(ending.refusal.as_str().into()) {
+                end.push(Box::new(move |s: &mut Self| {
+                    let id = s.answer.message_id.clone();
+                    let mut v = json!({"item_id": id, "output_index": 0, "content_index": 1});
+                    merge(&mut v, data());
+                    s.event(kind, v)
+                }));
+            }
         }
         end.push(Box::new(move |s: &mut Self| {
             let item = s.answer.finished_message(&text, &ending);
@@ -357,6 +331,41 @@ fn response_frame(kind: &str, response: &str, sequence: usize) -> Bytes {
     ))
 }
 
+/// An event's data, made when the client takes the event.
+type MakeData = Box<dyn FnOnce() -> Value + Send>;
+
+/// A refusal part's events, live and replayed alike, as (type, data) with the part's place
+/// (`item_id`, `output_index`, `content_index`) left to the caller: the part added empty,
+/// the refusal in one delta, the refusal done, the part done.
+fn refusal_part_events(refusal: Arc<str>) -> Vec<(&'static str, MakeData)> {
+    let (r1, r2, r3) = (Arc::clone(&refusal), Arc::clone(&refusal), refusal);
+    vec![
+        (
+            "response.content_part.added",
+            Box::new(|| json!({"part": {"type": "refusal", "refusal": ""}})),
+        ),
+        (
+            "response.refusal.delta",
+            Box::new(move || json!({"delta": &*r1})),
+        ),
+        (
+            "response.refusal.done",
+            Box::new(move || json!({"refusal": &*r2})),
+        ),
+        (
+            "response.content_part.done",
+            Box::new(move || json!({"part": {"type": "refusal", "refusal": &*r3}})),
+        ),
+    ]
+}
+
+/// `extra`'s keys added to `v`'s.
+fn merge(v: &mut Value, extra: Value) {
+    if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
+        v.extend(extra);
+    }
+}
+
 /// The events of output item `index`, from added to done, each made only when the client
 /// takes it: an item's text is in four of them (the delta, the text done, the part done,
 /// the item done), and made ahead they held it four times over for as long as a reader
@@ -401,9 +410,7 @@ fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Repla
                     let item = Arc::clone(&item);
                     move |extra: Value| {
                         let mut v = json!({"item_id": item["id"], "output_index": index, "content_index": part_index});
-                        if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
-                            v.extend(extra);
-                        }
+                        merge(&mut v, extra);
                         v
                     }
                 };
@@ -411,34 +418,13 @@ fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Repla
                 // `response.refusal.*` events (front round 14 F4: replayed as an empty
                 // output_text part).
                 if item["content"][part_index]["type"] == "refusal" {
-                    let refusal = {
-                        let item = Arc::clone(&item);
-                        move || item["content"][part_index]["refusal"].clone()
-                    };
-                    let a = at.clone();
-                    lazy(
-                        &mut events,
-                        "response.content_part.added",
-                        Box::new(move || a(json!({"part": {"type": "refusal", "refusal": ""}}))),
-                    );
-                    let (a, r) = (at.clone(), refusal.clone());
-                    lazy(
-                        &mut events,
-                        "response.refusal.delta",
-                        Box::new(move || a(json!({"delta": r()}))),
-                    );
-                    let (a, r) = (at.clone(), refusal);
-                    lazy(
-                        &mut events,
-                        "response.refusal.done",
-                        Box::new(move || a(json!({"refusal": r()}))),
-                    );
-                    let part = Arc::clone(&item);
-                    lazy(
-                        &mut events,
-                        "response.content_part.done",
-                        Box::new(move || at(json!({"part": part["content"][part_index]}))),
-                    );
+                    let refusal = item["content"][part_index]["refusal"]
+                        .as_str()
+                        .unwrap_or_default();
+                    for (kind, data) in refusal_part_events(refusal.into()) {
+                        let a = at.clone();
+                        lazy(&mut events, kind, Box::new(move || a(data())));
+                    }
                     continue;
                 }
                 let text = {
