@@ -139,6 +139,16 @@ fn serialized_len(value: &Value) -> usize {
     serde_json::to_vec(value).map_or(0, |v| v.len())
 }
 
+/// A tool's parameters as OpenAI's kinds take them: made strict (every property required,
+/// no others) for a strict tool, else plain.
+fn parameters(t: &ToolSpec, strict: bool) -> Value {
+    if strict {
+        strict_parameters(&t.parameters)
+    } else {
+        plain_schema(&t.parameters)
+    }
+}
+
 fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) -> Option<Value> {
     if request.tools.is_empty() {
         return None;
@@ -149,22 +159,18 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
             tools
                 .iter()
                 .map(|t| {
-                    // A tool the client made strict stays strict, its schema as strict
-                    // parameters (front round 15 F1: the flag was dropped).
-                    if t.strict == Some(true) {
-                        json!({"type": "function", "function": {
-                            "name": names.wire_name(&t.name),
-                            "description": t.description,
-                            "parameters": strict_parameters(&t.parameters),
-                            "strict": true,
-                        }})
-                    } else {
-                        json!({"type": "function", "function": {
-                            "name": names.wire_name(&t.name),
-                            "description": t.description,
-                            "parameters": plain_schema(&t.parameters),
-                        }})
+                    // A tool the client made strict stays strict (front round 15 F1: the
+                    // flag was dropped); Chat has no `strict: false` to say otherwise.
+                    let strict = t.strict == Some(true);
+                    let mut function = json!({
+                        "name": names.wire_name(&t.name),
+                        "description": t.description,
+                        "parameters": parameters(t, strict),
+                    });
+                    if strict {
+                        function["strict"] = json!(true);
                     }
+                    json!({"type": "function", "function": function})
                 })
                 .collect(),
         ),
@@ -181,16 +187,11 @@ fn tools_with_names(provider: Provider, request: &Request, names: &WireNames) ->
                     .map(|(wire, t)| {
                         // The tool's own `strict` (a client's) over the request's.
                         let strict = t.strict.unwrap_or(request.strict);
-                        let parameters = if strict {
-                            strict_parameters(&t.parameters)
-                        } else {
-                            plain_schema(&t.parameters)
-                        };
                         json!({
                             "type": "function",
                             "name": wire,
                             "description": t.description,
-                            "parameters": parameters,
+                            "parameters": parameters(t, strict),
                             "strict": strict,
                         })
                     })
