@@ -362,11 +362,7 @@ fn stored_responses_go_to_a_bounded_number_of_readers_at_once() {
         (r.status().as_u16(), r.text().await.unwrap())
     });
     assert_eq!(status, 200);
-    let events: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let events = sse_events(&text);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
     assert_eq!(kinds.last(), Some(&"response.completed"), "{kinds:?}");

@@ -431,11 +431,8 @@ fn a_streamed_turn_failing_after_text_says_it_is_not_stored() {
         &json!({"input": "hi", "stream": true}),
     );
     assert_eq!(status, 200, "{text}");
-    let failed: Value = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .next_back()
+    let failed = sse_events(&text)
+        .pop()
         .unwrap_or_else(|| panic!("no events: {text}"));
     assert_eq!(failed["type"], "response.failed", "{text}");
     assert_eq!(failed["response"]["store"], false, "{text}");
@@ -525,11 +522,8 @@ fn a_cut_answer_is_incomplete_and_a_refusal_is_a_refusal_on_both_fronts() {
             "/v1/responses",
             &json!({"model": "cut", "input": "hi", "stream": true}),
         );
-        let last: Value = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str(d).ok())
-            .next_back()
+        let last = sse_events(&text)
+            .pop()
             .unwrap_or_else(|| panic!("{kind}: no events: {text}"));
         assert_eq!(last["type"], "response.incomplete", "{kind}: {text}");
         assert_eq!(
@@ -708,9 +702,8 @@ fn a_replayed_refusal_is_a_refusal_part_with_its_events() {
     );
     assert_eq!(status, 200, "{text}");
     let types = |text: &str| -> Vec<String> {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        sse_events(text)
+            .iter()
             .map(|e| e["type"].as_str().unwrap_or_default().to_string())
             .collect()
     };
@@ -719,10 +712,8 @@ fn a_replayed_refusal_is_a_refusal_part_with_its_events() {
         live.contains(&"response.refusal.done".to_string()),
         "{live:?}"
     );
-    let id = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+    let id = sse_events(&text)
+        .iter()
         .find_map(|e| e["response"]["id"].as_str().map(str::to_string))
         .unwrap();
     let (status, replay) = get(&gw, &format!("/v1/responses/{id}?stream=true"));

@@ -420,3 +420,16 @@ pub fn mock(dir: &std::path::Path, scenario: Option<&str>) -> (Guard, String) {
     }
     start_listening(&mut cmd)
 }
+
+/// The JSON values of a gateway's event stream, its `data:` lines in order (Chat's
+/// `[DONE]` left out); a line that is not JSON fails the test.
+pub fn sse_events(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| d.trim() != "[DONE]")
+        .map(|d| {
+            serde_json::from_str(d)
+                .unwrap_or_else(|e| panic!("an event that is not JSON ({e}): {d}"))
+        })
+        .collect()
+}
