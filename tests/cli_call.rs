@@ -1962,13 +1962,11 @@ fn guest_text_reaches_the_terminal_and_the_log_made_safe() {
 /// are checked against the session log's decisions.
 #[test]
 fn concurrent_approval_prompts_are_asked_one_at_a_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    fs::write(
-        &config,
+    let sb = Sandbox::new();
+    let config = sb.write(
+        "toolsearch.toml",
         "[[approvals]]\ntools = [\"openclaw:core:delete_file\", \"openclaw:core:read_file\"]\ntimeout_ms = 60000\n",
-    )
-    .unwrap();
+    );
     let body = r#"
 const first = openclaw.tools.call("openclaw:core:delete_file", {path: "/home/user/important", recursive: true});
 const t = Date.now(); while (Date.now() - t < 400) {}
@@ -1980,10 +1978,10 @@ return 1;
     // to the second.
     let driver = r#"
 import os, pty, re, select, sys, time
-exe, config, state, body = sys.argv[1:5]
+exe, config, state, session, body = sys.argv[1:6]
 pid, fd = pty.fork()
 if pid == 0:
-    os.execv(exe, [exe, "--config", config, "--state-dir", state, "code", "--timeout-ms", "60000", body])
+    os.execv(exe, [exe, "--config", config, "--state-dir", state, "--session", session, "code", "--timeout-ms", "60000", body])
 seen = b""
 def read_for(seconds):
     global seen
@@ -2017,7 +2015,8 @@ os.waitpid(pid, 0)
         .args(["-c", driver])
         .arg(env!("CARGO_BIN_EXE_toolsearch"))
         .arg(&config)
-        .arg(dir.path().join("state"))
+        .arg(sb.state())
+        .arg(SESSION)
         .arg(body)
         .output()
         .expect("python3 runs");
@@ -2035,23 +2034,16 @@ os.waitpid(pid, 0)
     let (first, second) = (asked(1), asked(2));
     assert_ne!(first, second, "{text}");
     // Each decision is the one typed under its own prompt.
-    let mut decisions = std::collections::HashMap::new();
-    for entry in walk(&dir.path().join("state")) {
-        let Ok(log) = fs::read_to_string(&entry) else {
-            continue;
-        };
-        for line in log.lines() {
-            let Ok(e) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            if e["event"] == "approval" {
-                decisions.insert(
-                    e["id"].as_str().unwrap_or_default().to_string(),
-                    e["decision"].as_str().unwrap_or_default().to_string(),
-                );
-            }
-        }
-    }
+    let decisions: std::collections::HashMap<String, String> = sb
+        .events("approval")
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap_or_default().to_string(),
+                e["decision"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
     assert_eq!(
         decisions.get(&first).map(String::as_str),
         Some("deny"),
@@ -2062,18 +2054,4 @@ os.waitpid(pid, 0)
         Some("allow"),
         "{second}: {decisions:?} {text}"
     );
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            files.extend(walk(&p));
-        } else {
-            files.push(p);
-        }
-    }
-    files
 }
