@@ -250,11 +250,17 @@ impl TurnOutcome {
     /// Ends the turn as its last answer ended. A refusal stays in the conversation as the
     /// model's words, so a continued conversation (a session, a stored response) still has
     /// it (front round 15 F7: a refusal was sent back as an empty assistant message).
-    fn end_with(&mut self, ending: crate::provider::normalize::Ending) {
+    ///
+    /// The notes on the last answer's text (annotations, log probabilities) are kept only
+    /// when that text is the turn's whole answer: their offsets are its own.
+    fn end_with(&mut self, mut ending: crate::provider::normalize::Ending) {
         let last = self.messages.iter_mut().rev().find_map(|m| match m {
             Message::Assistant { content, .. } => Some(content),
             _ => None,
         });
+        if last.as_deref() != Some(&self.text) {
+            ending.notes = Default::default();
+        }
         if !ending.refusal.is_empty()
             && let Some(content) = last
         {

@@ -1486,3 +1486,105 @@ fn a_client_tool_named_like_a_catalog_tool_is_refused_in_words_for_the_client() 
     }
     assert_eq!(asked.load(Ordering::SeqCst), 0);
 }
+
+/// What the provider says of the answer's text reaches the client (front round 15 F5: it
+/// was dropped): log probabilities and URL citations, from a whole answer and a stream,
+/// on both fronts, each in its front's shape (Chat nests a citation under `url_citation`).
+#[test]
+fn log_probabilities_and_citations_reach_the_client() {
+    let token = json!({"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []});
+    let flat = json!({"type": "url_citation", "url": "https://example.com/", "title": "Ex", "start_index": 0, "end_index": 2});
+    let nested = json!({"type": "url_citation", "url_citation": {"url": "https://example.com/", "title": "Ex", "start_index": 0, "end_index": 2}});
+    for kind in ["openai-completions", "openai-responses"] {
+        let (t, f, n) = (token.clone(), flat.clone(), nested.clone());
+        let (url, _) = scripted_provider(move |_, _, request| {
+            let streamed = request["stream"] == json!(true);
+            match (kind, streamed) {
+                ("openai-completions", false) => Reply::json(
+                    200,
+                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi", "annotations": [n]}, "logprobs": {"content": [t]}, "finish_reason": "stop"}]}),
+                ),
+                ("openai-completions", true) => Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"content": "Hi"}, "logprobs": {"content": [t]}}]}),
+                    json!({"choices": [{"index": 0, "delta": {"annotations": [n]}, "finish_reason": "stop"}]}),
+                ]),
+                (_, false) => Reply::json(
+                    200,
+                    &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi", "annotations": [f], "logprobs": [t]}]}]}),
+                ),
+                (_, true) => Reply::sse(&[
+                    json!({"type": "response.output_text.delta", "delta": "Hi", "logprobs": [t]}),
+                    json!({"type": "response.output_text.annotation.added", "annotation": f}),
+                    json!({"type": "response.completed", "response": {"status": "completed", "output": []}}),
+                ]),
+            }
+        });
+        for upstream_stream in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config =
+                format!("max_retries = 0\nstream = {upstream_stream}\nkind = \"{kind}\"\n");
+            let (_gw, gw) = gateway_with(&url, dir.path(), &config);
+            let at = format!("{kind} stream {upstream_stream}");
+            let (status, text) = post(
+                &gw,
+                "/v1/chat/completions",
+                &json!({"messages": [{"role": "user", "content": "hi"}]}),
+            );
+            assert_eq!(status, 200, "{at}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                v["choices"][0]["logprobs"]["content"][0], token,
+                "{at}: {text}"
+            );
+            assert_eq!(
+                v["choices"][0]["message"]["annotations"][0], nested,
+                "{at}: {text}"
+            );
+            let (_, text) = post(
+                &gw,
+                "/v1/chat/completions",
+                &json!({"stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+            );
+            let events = sse_events(&text);
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["choices"][0]["logprobs"]["content"][0] == token),
+                "{at}: {text}"
+            );
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["choices"][0]["delta"]["annotations"][0] == nested),
+                "{at}: {text}"
+            );
+            let (status, text) = post(&gw, "/v1/responses", &json!({"input": "hi"}));
+            assert_eq!(status, 200, "{at}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let part = &v["output"][0]["content"][0];
+            assert_eq!(part["annotations"][0], flat, "{at}: {text}");
+            assert_eq!(part["logprobs"][0], token, "{at}: {text}");
+            let (_, text) = post(
+                &gw,
+                "/v1/responses",
+                &json!({"input": "hi", "stream": true}),
+            );
+            let events = sse_events(&text);
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["type"] == "response.output_text.annotation.added"
+                        && e["annotation"] == flat),
+                "{at}: {text}"
+            );
+            let done = events
+                .iter()
+                .find(|e| e["type"] == "response.completed")
+                .unwrap();
+            assert_eq!(
+                done["response"]["output"][0]["content"][0]["annotations"][0], flat,
+                "{at}"
+            );
+        }
+    }
+}

@@ -430,6 +430,10 @@ impl Completion {
             "" => Value::Null,
             refusal => json!(refusal),
         };
+        let annotations = outcome.ending.notes.chat_annotations();
+        if !annotations.is_empty() {
+            message["annotations"] = json!(annotations);
+        }
         match (self.legacy, outcome.pending.first()) {
             (true, Some(call)) => {
                 message["function_call"] =
@@ -457,23 +461,32 @@ impl Completion {
                 "index": 0,
                 "message": self.message(outcome),
                 "finish_reason": self.finish_reason(outcome),
-                "logprobs": null,
+                "logprobs": logprobs(outcome),
             }],
             "usage": usage(outcome),
         })
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
-        event(
-            None,
-            &json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": null}],
-            }),
-        )
+        event(None, &self.chunk_value(delta, finish_reason))
+    }
+
+    fn chunk_value(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": null}],
+        })
+    }
+}
+
+/// The answer's token log probabilities in Chat's shape, `null` when the provider gave none.
+fn logprobs(outcome: &TurnOutcome) -> Value {
+    match outcome.ending.notes.logprobs.as_slice() {
+        [] => Value::Null,
+        tokens => json!({"content": tokens, "refusal": null}),
     }
 }
 
@@ -544,7 +557,15 @@ impl ChatStream {
                 None,
             ));
         }
-        frames.push(c.chunk(json!({}), Some(c.finish_reason(&outcome))));
+        // What the provider said of the text comes with the last chunk: the SDKs join
+        // the chunks' `logprobs.content` and `annotations` lists.
+        let mut last = c.chunk_value(json!({}), Some(c.finish_reason(&outcome)));
+        let annotations = outcome.ending.notes.chat_annotations();
+        if !annotations.is_empty() {
+            last["choices"][0]["delta"]["annotations"] = json!(annotations);
+        }
+        last["choices"][0]["logprobs"] = logprobs(&outcome);
+        frames.push(event(None, &last));
         if c.include_usage {
             frames.push(event(
                 None,

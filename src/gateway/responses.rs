@@ -593,6 +593,10 @@ impl Answer {
             "completed"
         };
         let mut message = self.message(text, status);
+        if !ending.notes.is_empty() {
+            message["content"][0]["annotations"] = json!(ending.notes.annotations);
+            message["content"][0]["logprobs"] = json!(ending.notes.logprobs);
+        }
         if !ending.refusal.is_empty()
             && let Some(content) = message["content"].as_array_mut()
         {

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 
 use futures::{FutureExt, StreamExt};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
 use super::{Provider, ProviderError, ToolCall};
@@ -1056,12 +1056,106 @@ impl Cut {
     }
 }
 
-/// How one answer ended: cut short or not, and the refusal the model gave instead of (or
-/// with) its text (front round 13 F3: a refusal became an empty answer).
+/// How one answer ended: cut short or not, the refusal the model gave instead of (or
+/// with) its text (front round 13 F3: a refusal became an empty answer), and what the
+/// provider said of the text besides it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Ending {
     pub cut: Option<Cut>,
     pub refusal: String,
+    pub notes: Notes,
+}
+
+/// What a provider says of an answer's text: the tokens' log probabilities, when asked
+/// for (`logprobs`, `include: [message.output_text.logprobs]`), and annotations such as URL
+/// citations (web search). Read from an answer of one text part only, whose offsets are
+/// the text's; both OpenAI APIs give a token as `{token, logprob, bytes, top_logprobs}`;
+/// annotations are kept in the Responses API's flat shape (`{type: "url_citation", url,
+/// title, start_index, end_index}`), which Chat nests under `url_citation` (front round 15
+/// F5: both were dropped).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Notes {
+    pub logprobs: Vec<Value>,
+    pub annotations: Vec<Value>,
+}
+
+impl Notes {
+    pub fn is_empty(&self) -> bool {
+        self.logprobs.is_empty() && self.annotations.is_empty()
+    }
+
+    /// Annotations as Chat Completions nests them.
+    pub fn chat_annotations(&self) -> Vec<Value> {
+        self.annotations
+            .iter()
+            .map(|a| match a.get("type").and_then(Value::as_str) {
+                Some(kind) if a.get(kind).is_none() => {
+                    let mut inner = a.clone();
+                    if let Some(o) = inner.as_object_mut() {
+                        o.remove("type");
+                    }
+                    json!({"type": kind, kind: inner})
+                }
+                _ => a.clone(),
+            })
+            .collect()
+    }
+
+    /// Chat Completions' annotations in the flat shape.
+    fn from_chat(annotations: &[Value]) -> Vec<Value> {
+        annotations
+            .iter()
+            .map(|a| {
+                let kind = a.get("type").and_then(Value::as_str).unwrap_or_default();
+                match a.get(kind).and_then(Value::as_object) {
+                    Some(inner) => {
+                        let mut flat = inner.clone();
+                        flat.insert("type".into(), json!(kind));
+                        Value::Object(flat)
+                    }
+                    None => a.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The notes of a whole answer.
+    fn of(provider: Provider, response: &Value) -> Notes {
+        let list = |v: Option<&Value>| -> Vec<Value> {
+            v.and_then(Value::as_array).cloned().unwrap_or_default()
+        };
+        match provider {
+            Provider::OpenaiCompletions => {
+                let choice = answer_choice(response);
+                Notes {
+                    logprobs: list(choice.and_then(|c| c.pointer("/logprobs/content"))),
+                    annotations: Notes::from_chat(&list(
+                        choice.and_then(|c| c.pointer("/message/annotations")),
+                    )),
+                }
+            }
+            Provider::OpenaiResponses => {
+                let parts: Vec<&Value> = response
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|item| item.get("type").and_then(Value::as_str) == Some("message"))
+                    .filter_map(|item| item.get("content").and_then(Value::as_array))
+                    .flatten()
+                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("output_text"))
+                    .collect();
+                match parts.as_slice() {
+                    [part] => Notes {
+                        logprobs: list(part.get("logprobs")),
+                        annotations: list(part.get("annotations")),
+                    },
+                    _ => Notes::default(),
+                }
+            }
+            Provider::Anthropic | Provider::Google => Notes::default(),
+        }
+    }
 }
 
 /// The ending of a whole (non-streamed) answer.
@@ -1071,6 +1165,7 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
         Provider::OpenaiCompletions => Ending {
             cut: cut_of(provider, response).flatten(),
             refusal: text(answer_choice(response).and_then(|c| c.pointer("/message/refusal"))),
+            notes: Notes::of(provider, response),
         },
         Provider::OpenaiResponses => Ending {
             cut: responses_cut(response),
@@ -1081,10 +1176,12 @@ pub fn ending(provider: Provider, response: &Value) -> Ending {
                     .into_iter()
                     .flatten(),
             ),
+            notes: Notes::of(provider, response),
         },
         Provider::Anthropic | Provider::Google => Ending {
             cut: cut_of(provider, response).flatten(),
             refusal: String::new(),
+            notes: Notes::default(),
         },
     }
 }
@@ -1123,6 +1220,8 @@ pub struct StreamEnding {
     refusal_done: String,
     refusal_items: String,
     refusal_closing: String,
+    /// A Responses stream's closing object's notes, used when its events gave none.
+    notes_closing: Notes,
 }
 
 impl StreamEnding {
@@ -1134,11 +1233,24 @@ impl StreamEnding {
                 if let Some(cut) = cut_of(provider, event) {
                     e.cut = cut;
                 }
-                if let Some(piece) = answer_choice(event)
+                let choice = answer_choice(event);
+                if let Some(piece) = choice
                     .and_then(|c| c.pointer("/delta/refusal"))
                     .and_then(Value::as_str)
                 {
                     e.refusal.push_str(piece);
+                }
+                if let Some(tokens) = choice
+                    .and_then(|c| c.pointer("/logprobs/content"))
+                    .and_then(Value::as_array)
+                {
+                    e.notes.logprobs.extend(tokens.iter().cloned());
+                }
+                if let Some(found) = choice
+                    .and_then(|c| c.pointer("/delta/annotations"))
+                    .and_then(Value::as_array)
+                {
+                    e.notes.annotations.extend(Notes::from_chat(found));
                 }
             }
             Provider::OpenaiResponses => match kind {
@@ -1151,6 +1263,17 @@ impl StreamEnding {
                         .or_else(|| (kind == "response.incomplete").then_some(Cut::Length));
                     if let Some(closing) = closing {
                         self.refusal_closing = closing.refusal;
+                        self.notes_closing = closing.notes;
+                    }
+                }
+                Some("response.output_text.delta") => {
+                    if let Some(tokens) = event.get("logprobs").and_then(Value::as_array) {
+                        e.notes.logprobs.extend(tokens.iter().cloned());
+                    }
+                }
+                Some("response.output_text.annotation.added") => {
+                    if let Some(found) = event.get("annotation") {
+                        e.notes.annotations.push(found.clone());
                     }
                 }
                 Some("response.output_item.done") => {
@@ -1183,6 +1306,9 @@ impl StreamEnding {
             if self.ending.refusal.is_empty() {
                 self.ending.refusal = later;
             }
+        }
+        if self.ending.notes.is_empty() {
+            self.ending.notes = self.notes_closing;
         }
         self.ending
     }

@@ -79,12 +79,24 @@ impl ResponsesStream {
     /// The message's `.done` events, each carrying the whole text: made when the client
     /// takes them, from the one copy of the text they share.
     fn close_message(&self, text: Arc<str>, ending: Ending, end: &mut Vec<Later<Self>>) {
-        let t = Arc::clone(&text);
+        let notes = Arc::new(ending.notes.clone());
+        for (i, annotation) in notes.annotations.iter().enumerate() {
+            let annotation = annotation.clone();
+            end.push(Box::new(move |s: &mut Self| {
+                let id = s.answer.message_id.clone();
+                s.event(
+                    "response.output_text.annotation.added",
+                    json!({"item_id": id, "output_index": 0, "content_index": 0,
+                           "annotation_index": i, "annotation": annotation}),
+                )
+            }));
+        }
+        let (t, n) = (Arc::clone(&text), Arc::clone(&notes));
         end.push(Box::new(move |s: &mut Self| {
             let id = s.answer.message_id.clone();
             s.event(
                 "response.output_text.done",
-                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": &*t, "logprobs": []}),
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": &*t, "logprobs": n.logprobs}),
             )
         }));
         let t = Arc::clone(&text);
@@ -93,7 +105,7 @@ impl ResponsesStream {
             s.event(
                 "response.content_part.done",
                 json!({"item_id": id, "output_index": 0, "content_index": 0,
-                       "part": {"type": "output_text", "text": &*t, "annotations": []}}),
+                       "part": {"type": "output_text", "text": &*t, "annotations": notes.annotations, "logprobs": notes.logprobs}}),
             )
         }));
         // A refusal is a part of its own after the text, with its own events.
