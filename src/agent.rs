@@ -850,6 +850,9 @@ impl Agent {
             return out;
         }
         let batch = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_CALLS));
+        // Each call counts its own result as it ends, so the calls still waiting see the
+        // bound reached at once, however late this task reads the results.
+        let grown = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut set = tokio::task::JoinSet::new();
         for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
             let agent = Arc::clone(self);
@@ -857,13 +860,16 @@ impl Agent {
             let id = format!("{batch_id}-{i}");
             let abort = abort.clone();
             let batch = Arc::clone(&batch);
+            let (grown, over) = (Arc::clone(&grown), over.clone());
             set.spawn(async move {
-                (
-                    i,
-                    agent
-                        .run_in_slot(&call, route, &id, abort, Some(batch))
-                        .await,
-                )
+                let o = agent
+                    .run_in_slot(&call, route, &id, abort, Some(batch))
+                    .await;
+                let len = o.text.len();
+                if grown.fetch_add(len, std::sync::atomic::Ordering::Relaxed) + len > room {
+                    over.cancel();
+                }
+                (i, o)
             });
         }
         let mut out: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();

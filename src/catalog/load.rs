@@ -709,6 +709,7 @@ fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<Schema, Lo
             ),
         ));
     }
+    super::schema_cost::expanded_nodes(schema).map_err(|why| (pointer.to_string(), why))?;
     let compact = Schema::from_value(schema);
     let bytes = compact.as_str().len();
     if bytes > limits::MAX_SCHEMA_BYTES {
@@ -798,6 +799,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(tools[0].id(), "mcp:x:echo");
+    }
+
+    /// A server's schema whose references stand for 2^40 subschemas is left out at load,
+    /// named, before any call validates against it (review 20 F1).
+    #[test]
+    fn a_schema_costly_once_its_references_are_followed_is_left_out() {
+        use serde_json::json;
+        let mut defs = serde_json::Map::new();
+        for i in 0..40 {
+            let next = format!("#/$defs/d{}", i + 1);
+            defs.insert(
+                format!("d{i}"),
+                json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert("d40".into(), json!({"type": "string"}));
+        let bomb =
+            json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs});
+        let (tools, skipped) = mcp_server_tools(
+            "srv",
+            vec![
+                json!({"name": "ok", "inputSchema": {"type": "object"}}),
+                json!({"name": "bomb", "inputSchema": bomb}),
+            ],
+        );
+        assert_eq!(tools.len(), 1);
+        assert!(skipped[0].contains("`bomb`"), "{skipped:?}");
+        assert!(skipped[0].contains("subschemas"), "{skipped:?}");
     }
 
     #[test]

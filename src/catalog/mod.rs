@@ -15,6 +15,7 @@ pub mod descriptor;
 pub mod embedded;
 pub mod load;
 pub mod plan;
+pub mod schema_cost;
 pub mod sources;
 pub mod store;
 

@@ -343,8 +343,11 @@ impl Dispatcher {
             request.parent.as_deref(),
             &entry.descriptor.name,
         );
-        let mut args = std::mem::take(&mut request.args);
-        if let Err(e) = self.validators.check(entry, &args) {
+        let (mut args, checked) = self
+            .validators
+            .check_aside(entry, std::mem::take(&mut request.args))
+            .await;
+        if let Err(e) = checked {
             self.log.no_effect(
                 "call",
                 call_event(entry, &call_id, &request, e.code(), started, None),
@@ -440,6 +443,22 @@ impl Dispatcher {
                 json!({"call_id": progress_id, "message": crate::catalog::compact::cut(message, 2 * LOGGED_CHARS)}),
             );
         });
+        // A caller that stopped waiting before its tool started (its run ended, its turn
+        // was aborted or hit its bound while the arguments were checked) starts nothing.
+        if request.cancel.is_cancelled() {
+            unlogged.armed = false;
+            self.log_aborted(&unlogged);
+            return Ok(Envelope {
+                tool: entry.compact.clone(),
+                call_id,
+                result: ToolResult::new(
+                    "Not run: the caller stopped waiting before the tool started.".into(),
+                    Value::Null,
+                    true,
+                ),
+                stop_after_batch: false,
+            });
+        }
         unlogged.stage = "executor";
         let output = self
             .executors

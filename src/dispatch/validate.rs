@@ -29,6 +29,33 @@ impl Validators {
         listed(&validator, &entry.id, args)
     }
 
+    /// The same, the validation itself on a blocking thread: its cost grows with the schema
+    /// and the arguments together, and on a runtime worker two costly ones held every
+    /// worker of a two-core host, deadlines and all (review 20 F1; the schema's own cost
+    /// is bounded when it is loaded, `catalog::schema_cost`). The arguments come back.
+    pub(super) async fn check_aside(&self, entry: &Entry, args: Value) -> (Value, Result<()>) {
+        let validator = match self.get(entry) {
+            Ok(v) => v,
+            Err(e) => return (args, Err(e)),
+        };
+        let id = entry.id.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            let result = listed(&validator, &id, &args);
+            (args, result)
+        })
+        .await;
+        match checked {
+            Ok(done) => done,
+            Err(e) => (
+                Value::Null,
+                Err(Error::BadSchema {
+                    id: entry.id.clone(),
+                    message: format!("validating the arguments failed: {e}"),
+                }),
+            ),
+        }
+    }
+
     fn get(&self, entry: &Entry) -> Result<Arc<jsonschema::Validator>> {
         if let Some((schema, v)) = self.cache.lock().get(&entry.id)
             && schema.as_str() == entry.descriptor.input_schema.as_str()

@@ -1,0 +1,253 @@
+//! What a schema costs to validate against once its references are followed, bounded when
+//! a tool is loaded (review 20 F1: 1.3 KB of chained `$ref`s, `d0 = allOf[d1, d1]` forty
+//! levels down, stood for 2^40 subschemas; two calls validating against it held both of
+//! the host's runtime workers, past every deadline, and `mcp serve` answered nothing).
+//!
+//! The cost is the number of subschemas the schema stands for with every reference
+//! expanded, shared targets counted each time they are used (that is what validation
+//! walks). Refused: more than [`MAX_EXPANDED_NODES`]; references into other documents
+//! (only `#...` inside the schema is read, so nothing can hide from the count); a reference
+//! that points at nothing; a chain of references more than [`MAX_REFERENCE_CHAIN`] deep;
+//! and a reference cycle that comes back to the same value without going into it (a
+//! validator following it never ends). A cycle through `properties`, `items` and the like
+//! is a recursive schema, bounded by the value's own depth, and counts once.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// The most subschemas a schema may stand for once expanded. Large real schemas (a whole
+/// API's request body) have a few thousand.
+pub const MAX_EXPANDED_NODES: usize = 20_000;
+
+/// The deepest chain of references followed.
+pub const MAX_REFERENCE_CHAIN: usize = 64;
+
+/// Keywords whose subschemas apply to a part of the value, not the value itself: a
+/// reference cycle through one of them descends the value.
+const DESCENDING: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+];
+
+/// Keywords whose values are data, not schemas: a `$ref` string in them is not a reference.
+const DATA: &[&str] = &["const", "enum", "default", "examples", "example"];
+
+/// The schema's expanded size, or why it is refused.
+pub fn expanded_nodes(schema: &Value) -> Result<usize, String> {
+    let mut counter = Counter {
+        root: schema,
+        memo: HashMap::new(),
+        path: Vec::new(),
+    };
+    counter.cost(schema)
+}
+
+struct Counter<'a> {
+    root: &'a Value,
+    memo: HashMap<String, usize>,
+    /// The references being expanded, outermost first, each with whether the walk that
+    /// met it had gone into the value since the reference before it.
+    path: Vec<(String, bool)>,
+}
+
+impl<'a> Counter<'a> {
+    /// The nodes of `node`, its references expanded. The walk of one schema is iterative;
+    /// only references recurse, at most [`MAX_REFERENCE_CHAIN`] deep.
+    fn cost(&mut self, node: &'a Value) -> Result<usize, String> {
+        let mut total = 0usize;
+        let mut stack: Vec<(&Value, bool)> = vec![(node, false)];
+        while let Some((v, descended)) = stack.pop() {
+            total = total.saturating_add(1);
+            match v {
+                Value::Object(map) => {
+                    for key in ["$ref", "$dynamicRef", "$recursiveRef"] {
+                        if let Some(Value::String(r)) = map.get(key) {
+                            total = total.saturating_add(self.reference(r, descended)?);
+                        }
+                    }
+                    for (key, child) in map {
+                        if DATA.contains(&key.as_str()) {
+                            continue;
+                        }
+                        stack.push((child, descended || DESCENDING.contains(&key.as_str())));
+                    }
+                }
+                Value::Array(items) => stack.extend(items.iter().map(|i| (i, descended))),
+                _ => {}
+            }
+            if total > MAX_EXPANDED_NODES {
+                return Err(too_costly());
+            }
+        }
+        Ok(total)
+    }
+
+    fn reference(&mut self, r: &str, descended: bool) -> Result<usize, String> {
+        if let Some(at) = self.path.iter().position(|(p, _)| p == r) {
+            let goes_in = descended || self.path[at + 1..].iter().any(|(_, d)| *d);
+            if !goes_in {
+                return Err(format!(
+                    "the reference `{r}` comes back to itself without going into the value: validating against it never ends"
+                ));
+            }
+            return Ok(1);
+        }
+        if let Some(&known) = self.memo.get(r) {
+            return Ok(known);
+        }
+        if self.path.len() >= MAX_REFERENCE_CHAIN {
+            return Err(format!(
+                "references chain more than {MAX_REFERENCE_CHAIN} deep"
+            ));
+        }
+        let target = resolve(self.root, r)?;
+        self.path.push((r.to_string(), descended));
+        let cost = self.cost(target);
+        self.path.pop();
+        let cost = cost?;
+        self.memo.insert(r.to_string(), cost);
+        Ok(cost)
+    }
+}
+
+fn too_costly() -> String {
+    format!(
+        "the schema stands for more than {MAX_EXPANDED_NODES} subschemas once its references are followed: validating against it would cost that much per call"
+    )
+}
+
+/// The subschema a reference inside the schema names: `#`, a JSON pointer `#/...`
+/// (percent-decoded), or a plain-name fragment `#name` (an `$anchor`, or a legacy `$id`
+/// of `#name`).
+fn resolve<'v>(root: &'v Value, r: &str) -> Result<&'v Value, String> {
+    let Some(fragment) = r.strip_prefix('#') else {
+        return Err(format!(
+            "the reference `{r}` names another document; only references inside the schema (`#/...`) are read"
+        ));
+    };
+    let found = if fragment.is_empty() {
+        Some(root)
+    } else if fragment.starts_with('/') {
+        percent_decode(fragment).and_then(|p| root.pointer(&p))
+    } else {
+        find_anchor(root, fragment)
+    };
+    found.ok_or_else(|| format!("the reference `{r}` points at nothing in the schema"))
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
+    let legacy = format!("#{name}");
+    let mut stack = vec![root];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                if map.get("$anchor").and_then(Value::as_str) == Some(name)
+                    || map.get("$id").and_then(Value::as_str) == Some(legacy.as_str())
+                {
+                    return Some(v);
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `d0 = allOf[d1, d1]`, ... `d{n-1} = {type: string}`.
+    fn doubling(levels: usize) -> Value {
+        let mut defs = serde_json::Map::new();
+        for i in 0..levels {
+            let next = format!("#/$defs/d{}", i + 1);
+            defs.insert(
+                format!("d{i}"),
+                json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert(format!("d{levels}"), json!({"type": "string"}));
+        json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+    }
+
+    #[test]
+    fn shared_references_are_counted_each_time_they_are_used() {
+        assert!(expanded_nodes(&doubling(5)).is_ok());
+        let e = expanded_nodes(&doubling(40)).unwrap_err();
+        assert!(e.contains("subschemas"), "{e}");
+    }
+
+    #[test]
+    fn recursive_schemas_that_go_into_the_value_are_fine() {
+        let tree = json!({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+            "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}});
+        assert!(expanded_nodes(&tree).unwrap() < 50);
+        let anchored = json!({"$defs": {"n": {"$anchor": "n", "type": "array", "items": {"$ref": "#n"}}}, "$ref": "#n"});
+        assert!(expanded_nodes(&anchored).is_ok());
+    }
+
+    #[test]
+    fn cycles_on_the_same_value_other_documents_and_dangling_references_are_refused() {
+        let forever = json!({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"});
+        assert!(expanded_nodes(&forever).unwrap_err().contains("never ends"));
+        let other = json!({"$ref": "http://example.com/s.json#/a"});
+        assert!(
+            expanded_nodes(&other)
+                .unwrap_err()
+                .contains("another document")
+        );
+        let dangling = json!({"$ref": "#/$defs/missing"});
+        assert!(
+            expanded_nodes(&dangling)
+                .unwrap_err()
+                .contains("points at nothing")
+        );
+        // A `$ref` string in data is not a reference.
+        let data = json!({"const": {"$ref": "http://elsewhere"}, "enum": [{"$ref": "#/nowhere"}]});
+        assert!(expanded_nodes(&data).is_ok());
+    }
+
+    #[test]
+    fn long_chains_are_refused_without_deep_recursion() {
+        let mut defs = serde_json::Map::new();
+        for i in 0..5000 {
+            defs.insert(
+                format!("d{i}"),
+                json!({"$ref": format!("#/$defs/d{}", i + 1)}),
+            );
+        }
+        defs.insert("d5000".into(), json!({"type": "string"}));
+        let chain = json!({"$ref": "#/$defs/d0", "$defs": defs});
+        assert!(expanded_nodes(&chain).unwrap_err().contains("deep"));
+    }
+}
