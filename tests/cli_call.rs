@@ -1532,6 +1532,26 @@ fn every_progress_line_becomes_an_event_however_much_stderr_there_is() {
     assert_eq!(messages, expected);
 }
 
+/// A tool's progress lines are rate-bounded in the log like every event that records no
+/// effect (review 20 F3: one call's 2 million lines rotated the log and took an earlier
+/// call's record with them): the flood leaves at most the burst and says how many it left
+/// out, and the calls that ran are all there.
+#[test]
+fn a_flood_of_progress_lines_cannot_push_calls_out_of_the_log() {
+    let sb = Sandbox::new();
+    envelope(&mut sb.call(None, "progress", None), 0);
+    envelope(&mut sb.call(None, "progress_flood", None), 0);
+    envelope(&mut sb.call(None, "progress", None), 0);
+    let progress = sb.events("progress");
+    assert!(progress.len() < 2_000, "{} progress events", progress.len());
+    assert_eq!(sb.events("call").len(), 3);
+    let flood_call = &sb.events("call")[1];
+    assert!(
+        flood_call["events_not_written"].as_u64().unwrap_or(0) > 0,
+        "the flood's call says how many lines it left out: {flood_call}"
+    );
+}
+
 #[test]
 fn progress_reported_before_a_timeout_is_logged() {
     let sb = Sandbox::new();

@@ -437,8 +437,12 @@ impl Dispatcher {
 
         let log = Arc::clone(&self.log);
         let progress_id = call_id.clone();
+        // A tool's progress lines are its chatter, as many as it likes: they take from
+        // the session's budget for events that record no effect (review 20 F3: one call's
+        // 2 million lines rotated the log four times and took the record of a call that
+        // had run with them).
         let progress: Progress = Arc::new(move |message: &str| {
-            log.event(
+            log.no_effect(
                 "progress",
                 json!({"call_id": progress_id, "message": crate::catalog::compact::cut(message, 2 * LOGGED_CHARS)}),
             );

@@ -108,7 +108,8 @@ pub struct SessionLog {
     no_effect: parking_lot::Mutex<NoEffectBudget>,
 }
 
-/// Events of requests that acted on nothing (searches, describes, refusals) written at most
+/// Events of requests that acted on nothing (searches, describes, refusals), and tools'
+/// progress lines, written at most
 /// [`NO_EFFECT_PER_SECOND`] (after a burst of [`NO_EFFECT_BURST`]), the rest counted: such
 /// requests cost a caller nothing,
 /// and 300,000 refusals in 50 s rotated a session's log twice and took with it the record
@@ -205,8 +206,8 @@ impl SessionLog {
     /// rate: then it is counted, and the next one written says how many were not
     /// (`events_not_written`). Rate-limited refusals alone, 2,300 runs of successful
     /// searches still pushed a call that ran out of the log (review 13).
-    pub fn no_effect(&self, event: &str, mut fields: Value) {
-        let unwritten = {
+    pub fn no_effect(&self, event: &str, fields: Value) {
+        {
             let mut r = self.no_effect.lock();
             let now = std::time::Instant::now();
             let elapsed = now.duration_since(r.at).as_secs_f64();
@@ -217,20 +218,24 @@ impl SessionLog {
                 return;
             }
             r.tokens -= 1.0;
-            std::mem::take(&mut r.unwritten)
-        };
-        if unwritten > 0
-            && let Some(obj) = fields.as_object_mut()
-        {
-            obj.insert("events_not_written".into(), json!(unwritten));
         }
         self.event(event, fields);
     }
 
     /// Appends one event: `{"ts_ms", "session", "seq", "event", ...fields}`. A failed write
     /// is reported on stderr and does not fail the call that caused it.
-    pub fn event(&self, event: &str, fields: Value) {
+    ///
+    /// The first event written after some were left out ([`SessionLog::no_effect`]) says
+    /// how many (`events_not_written`), whatever its kind: a call's own event after its
+    /// flood of progress lines says it, though its process writes nothing after it.
+    pub fn event(&self, event: &str, mut fields: Value) {
         let Some(file) = &self.file else { return };
+        let unwritten = std::mem::take(&mut self.no_effect.lock().unwritten);
+        if unwritten > 0
+            && let Some(obj) = fields.as_object_mut()
+        {
+            obj.insert("events_not_written".into(), json!(unwritten));
+        }
         let mut line = json!({
             "ts_ms": now_ms(),
             "session": self.session,
@@ -389,7 +394,7 @@ mod tests {
     use super::*;
 
     /// A flood of refusals is written at its rate and counted past it; what ran is always
-    /// written, and the next refusal written says how many were not.
+    /// written, and the next event written says how many were not.
     #[test]
     fn refusals_past_their_rate_are_counted_not_written() {
         let dir = tempfile::tempdir().unwrap();
@@ -408,14 +413,16 @@ mod tests {
         // takes seconds over it); well short of all.
         let written = lines().len();
         assert!((500..2500).contains(&written), "{written}");
+        // The next event written, whatever it is, says how many were not.
         log.event("call", json!({"id": "ran"}));
-        assert_eq!(lines().last().unwrap()["id"], "ran");
+        let ran = lines().last().unwrap().clone();
+        assert_eq!(ran["id"], "ran");
+        assert!(ran["events_not_written"].as_u64().unwrap() > 0, "{ran}");
         std::thread::sleep(std::time::Duration::from_millis(100));
         log.no_effect("call", json!({"requested": "after"}));
         let all = lines();
         let last = all.last().unwrap();
         assert_eq!(last["requested"], "after");
-        assert!(last["events_not_written"].as_u64().unwrap() > 0, "{last}");
         // Every refusal is either written or counted in a later one that was.
         let counted: u64 = all
             .iter()
