@@ -90,6 +90,9 @@ pub async fn run(
     let input = program.stdin.to_vec();
     let max = program.max_stdout;
 
+    // Output past its bound ends the run there: the group is killed at once and the
+    // failure says so (review 20 F4: the run waited out the tool's whole timeout and was
+    // reported as a timeout).
     let work = async {
         let feed = async {
             if let Some(mut s) = stdin.take() {
@@ -97,22 +100,22 @@ pub async fn run(
                 let _ = s.write_all(&input).await;
                 let _ = s.shutdown().await;
             }
+            Ok(())
         };
-        let out = read_bounded(stdout, max);
-        let err = read_tail(stderr, program.on_stderr_line);
-        let (_, out, err) = tokio::join!(feed, out, err);
+        let out = async { read_bounded(stdout, max).await.ok_or(()) };
+        let err = async { Ok(read_tail(stderr, program.on_stderr_line).await) };
+        let ((), out, err) = tokio::try_join!(feed, out, err)?;
         child.exited().await;
-        (out, err)
+        Ok((out, err))
     };
     let result = tokio::select! {
-        r = work => Ok(r),
+        r = work => r.map_err(|()| ProgramFailure::OutputTooLarge(max)),
         _ = tokio::time::sleep(program.timeout) => Err(ProgramFailure::Timeout(program.timeout)),
         _ = cancel.cancelled() => Err(ProgramFailure::Cancelled),
     };
     // Whatever happened, nothing of the group outlives the run.
     let status = child.kill_and_reap().await;
-    let (out, stderr_tail) = result?;
-    let stdout = out.ok_or(ProgramFailure::OutputTooLarge(max))?;
+    let (stdout, stderr_tail) = result?;
     let code = status.ok().and_then(|s| s.code());
     Ok(ProgramOutput {
         code,
@@ -242,6 +245,18 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e, ProgramFailure::OutputTooLarge(1000));
+    }
+
+    /// A program that keeps writing past the bound and never ends is stopped at the
+    /// bound, not at its timeout, and the failure names the bound (review 20 F4).
+    #[tokio::test]
+    async fn output_past_the_bound_ends_the_run_at_once() {
+        let started = std::time::Instant::now();
+        let e = go(&["/bin/sh", "-c", "yes; sleep 600"], 60_000, 1000)
+            .await
+            .unwrap_err();
+        assert_eq!(e, ProgramFailure::OutputTooLarge(1000));
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 
     #[tokio::test]
