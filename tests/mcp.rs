@@ -1139,3 +1139,45 @@ fn mcp_serve_gives_no_place_to_an_unsent_body_and_logs_no_client_text_whole() {
         "five calls with a 1 MiB name logged {logged} bytes"
     );
 }
+
+/// A run that ends while an upstream call is still out tells the server it may stop
+/// (`notifications/cancelled` with the call's id): it had been left doing the work, and a
+/// model that retried did it twice (review 20 F2). Under `mcp serve`, a long-lived host,
+/// driven by the official SDK client.
+#[test]
+fn a_call_given_up_on_is_cancelled_at_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.txt");
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tests/mcp/never_answers_calls.py");
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tools.toolSearch]\nmode = \"code\"\ncodeTimeoutMs = 1000\n\n[catalog]\npaths = []\n\n[mcp.servers.never]\ncommand = \"python3\"\nargs = [{:?}, {:?}]\n",
+            server.display().to_string(),
+            record.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let out = sdk_client(
+        &["stdio", BIN, "--config", &config, "mcp", "serve"],
+        json!({"calls": [
+            {"name": "tool_search_code", "arguments": {"code": "await openclaw.tools.call('mcp:never:slow_write', {}); return 1;"}},
+            // Time for the server to read the notification before the host stops it.
+            {"name": "tool_search_code", "arguments": {"code": "const t = Date.now(); while (Date.now() - t < 500) {} return 2;"}},
+        ]}),
+    );
+    let first = serde_json::to_string(&out["results"][0]).unwrap();
+    assert!(first.contains("timeout"), "{out}");
+    let lines = std::fs::read_to_string(&record).unwrap_or_default();
+    let called = lines
+        .lines()
+        .find_map(|l| l.strip_prefix("CALL "))
+        .unwrap_or_else(|| panic!("the call never reached the server: {lines} {out}"));
+    assert!(
+        lines.lines().any(|l| l == format!("CANCELLED {called}")),
+        "no cancellation for {called}: {lines}"
+    );
+}

@@ -545,11 +545,23 @@ impl Upstream {
             Ok(h) => h,
             Err(e) => return self.failed(e, details("unavailable")),
         };
-        // Dropping the pending response on cancellation is enough here: the server's late
-        // answer is discarded by rmcp.
+        // A caller that stops waiting (its run ended, its turn was aborted, or the future
+        // was dropped) tells the server, which may still be doing the work (review 20 F2: a
+        // call the client had given up on finished its side effect 5 s later, and a model
+        // that retried did it twice). Disarmed once an answer (or rmcp's own timeout, which
+        // says it itself) came.
+        let mut told = CancelUpstream {
+            peer: Some(handle.peer.clone()),
+            id: handle.id.clone(),
+        };
         let answer = tokio::select! {
-            r = handle.await_response() => r,
+            r = handle.await_response() => {
+                told.peer = None;
+                r
+            }
             _ = cancel.cancelled() => {
+                // Said now, not left to a task a one-shot host may exit before.
+                told.send_now().await;
                 return ToolOutput::error("the call was cancelled", details("cancelled"));
             }
         };
@@ -702,6 +714,43 @@ impl Executor for Hub {
                 ),
             }
         })
+    }
+}
+
+/// Sends `notifications/cancelled` for a request when dropped armed: the one path every way
+/// of no longer waiting goes through, a future dropped mid-await included.
+struct CancelUpstream {
+    peer: Option<Peer<RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl CancelUpstream {
+    fn notification(&self) -> rmcp::model::ClientNotification {
+        rmcp::model::CancelledNotification::new(rmcp::model::CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the caller stopped waiting".into()),
+        ))
+        .into()
+    }
+
+    /// Sends it now (within a second) and disarms.
+    async fn send_now(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let sent = peer.send_notification(self.notification());
+        let _ = tokio::time::timeout(Duration::from_secs(1), sent).await;
+    }
+}
+
+impl Drop for CancelUpstream {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let notification = self.notification();
+        runtime.spawn(async move {
+            let _ = peer.send_notification(notification).await;
+        });
     }
 }
 
