@@ -223,7 +223,10 @@ async fn create_inner(
         max_tool_calls: request
             .max_tool_calls
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        remember: true,
+        // The session's history is the session's line of turns: a turn that continues a
+        // stored response is that response's line (written, it replaced the session's
+        // own), and one with `store: false` keeps nothing (front round 17 F3).
+        remember: request.previous_response_id.is_none() && request.store != Some(false),
         budget,
         admitted,
         held,

@@ -217,7 +217,16 @@ impl Sessions {
     /// 11).
     pub fn remember(&self, key: &str, session: &Arc<Session>, messages: &[Message]) {
         let messages = kept_turns(messages, HISTORY_ROOM);
-        let text = serde_json::to_string(messages).unwrap_or_default();
+        let mut text = serde_json::to_string(messages).unwrap_or_default();
+        // Within the JSON values a request may read too: a history of few bytes but many
+        // values (tool calls' arguments) made every later request on its key a 400 "too
+        // intricate to continue", for good (front round 17 F1).
+        if crate::provider::bounded::count_values(text.as_bytes()) > HISTORY_VALUES {
+            let kept = kept_turns_by(messages, HISTORY_VALUES, |m| {
+                crate::provider::bounded::count_values(&serde_json::to_vec(m).unwrap_or_default())
+            });
+            text = serde_json::to_string(kept).unwrap_or_default();
+        }
         let bytes = key.len() + SESSION_BYTES + text.len();
         let mut kept = self.kept.lock();
         if let Some(slot) = kept.touch(key)
@@ -248,10 +257,25 @@ pub fn kept_turns(messages: &[Message], room: usize) -> &[Message] {
     if crate::agent::conversation_bytes(messages) <= room {
         return messages;
     }
+    kept_turns_by(messages, room, |m| {
+        crate::agent::conversation_bytes(std::slice::from_ref(m))
+    })
+}
+
+/// The JSON values of history a session keeps at most: half of what a request may read,
+/// the rest for its own body.
+pub const HISTORY_VALUES: usize = crate::provider::bounded::MAX_JSON_VALUES / 2;
+
+/// The latest whole turns of `messages` whose `cost` together stays within `room`.
+fn kept_turns_by(
+    messages: &[Message],
+    room: usize,
+    cost: impl Fn(&Message) -> usize,
+) -> &[Message] {
     let mut size = 0usize;
     let mut from = messages.len();
     for (i, m) in messages.iter().enumerate().rev() {
-        size += crate::agent::conversation_bytes(std::slice::from_ref(m));
+        size = size.saturating_add(cost(m));
         if size > room {
             break;
         }
@@ -286,6 +310,37 @@ mod tests {
         vec![Message::User {
             content: text.into(),
         }]
+    }
+
+    /// A history of few bytes and many JSON values keeps its latest whole turns within the
+    /// values a request may read, so the next request on it can be read (front round 17 F1:
+    /// two turns of 120,000 values made every later request a 400, for good).
+    #[test]
+    fn a_history_past_its_values_keeps_its_latest_whole_turns() {
+        let turn = |text: &str, values: usize| {
+            vec![
+                Message::User {
+                    content: text.into(),
+                },
+                Message::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![crate::provider::ToolCall {
+                        id: format!("c-{text}"),
+                        name: "f".into(),
+                        arguments: serde_json::json!({"v": vec![0; values]}),
+                    }],
+                },
+            ]
+        };
+        let sessions = Sessions::new(10, Duration::from_secs(60));
+        let s = open(&sessions, "k");
+        let mut all = turn("one", 60_000);
+        all.extend(turn("two", 60_000));
+        all.extend(turn("three", 60_000));
+        sessions.remember("k", &s, &all);
+        let kept = read(&sessions, "k");
+        assert_eq!(kept.len(), 2);
+        assert!(matches!(&kept[0], Message::User { content } if content == "three"));
     }
 
     /// A session past the bound keeps its latest whole turns, so the next request on it
