@@ -1591,7 +1591,7 @@ fn log_probabilities_and_citations_reach_the_client() {
 
 /// A session's history is its own line of turns (front round 17 F3): a turn continuing a
 /// stored response by `previous_response_id` leaves it as it was (it replaced it with the
-/// fork), and a `store: false` turn does not write it.
+/// fork); `store: false` concerns stored responses, and the session keeps the turn.
 #[test]
 fn a_session_s_history_is_written_only_by_its_own_stored_turns() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
@@ -1611,10 +1611,10 @@ fn a_session_s_history_is_written_only_by_its_own_stored_turns() {
     let elsewhere = ask(json!({"input": "FORK-BASE"}));
     ask(json!({"input": "SESSION-ONE", "metadata": key}));
     ask(json!({"input": "FORKED", "previous_response_id": elsewhere["id"], "metadata": key}));
-    ask(json!({"input": "NOT-KEPT", "store": false, "metadata": key}));
+    ask(json!({"input": "UNSTORED", "store": false, "metadata": key}));
     ask(json!({"input": "SESSION-TWO", "metadata": key}));
     let last = seen.lock().unwrap().last().unwrap().to_string();
     assert!(last.contains("SESSION-ONE"), "{last}");
     assert!(!last.contains("FORK"), "{last}");
-    assert!(!last.contains("NOT-KEPT"), "{last}");
+    assert!(last.contains("UNSTORED"), "{last}");
 }

@@ -225,8 +225,9 @@ async fn create_inner(
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         // The session's history is the session's line of turns: a turn that continues a
         // stored response is that response's line (written, it replaced the session's
-        // own), and one with `store: false` keeps nothing (front round 17 F3).
-        remember: request.previous_response_id.is_none() && request.store != Some(false),
+        // own; front round 17 F3). `store: false` is about stored responses: a client
+        // that names a session asks for its history to be kept.
+        remember: request.previous_response_id.is_none(),
         budget,
         admitted,
         held,
