@@ -1618,3 +1618,54 @@ fn a_session_s_history_is_written_only_by_its_own_stored_turns() {
     assert!(!last.contains("FORK"), "{last}");
     assert!(last.contains("UNSTORED"), "{last}");
 }
+
+/// An option the upstream kind cannot take, whose loss would answer another question, is
+/// refused naming it and the upstream (front round 17 F2: dropped, and answered 200).
+#[test]
+fn options_an_upstream_cannot_take_are_refused_not_dropped() {
+    let (url, asked) = scripted_provider(|_, _, _| Reply::json(200, &message("ok")));
+    let schema =
+        json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    for (kind, path, body, param) in [
+        (
+            "anthropic",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "response_format": schema}),
+            "text.format",
+        ),
+        (
+            "anthropic",
+            "/v1/responses",
+            json!({"input": "hi", "text": {"format": {"type": "json_object"}}}),
+            "text.format",
+        ),
+        (
+            "openai-responses",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "stop": ["END"]}),
+            "stop",
+        ),
+        (
+            "openai-completions",
+            "/v1/responses",
+            json!({"input": "hi", "prompt": {"id": "pmpt_1"}}),
+            "prompt",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_with(
+            &url,
+            dir.path(),
+            &format!("max_retries = 0\nkind = \"{kind}\"\n"),
+        );
+        let (status, text) = post(&gw, path, &body);
+        assert_eq!(status, 400, "{kind} {path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["param"], param, "{kind}: {text}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(kind),
+            "{text}"
+        );
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+}

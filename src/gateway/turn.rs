@@ -160,6 +160,7 @@ impl Gateway {
             Some(key) => key,
             None => self.sessions.generated_key(),
         };
+        refuse_unforwardable(self.provider, &request.options)?;
         if request.client_tools.len() > MAX_CLIENT_TOOLS {
             return Err(ApiError::bad_request(format!(
                 "tools: {} tools; at most {MAX_CLIENT_TOOLS} may be sent",
@@ -630,6 +631,46 @@ fn check_declared_count(planned: &Planned, client_count: usize) -> Result<(), Ap
         MAX_CLIENT_TOOLS.saturating_sub(own)
     ))
     .param("tools"))
+}
+
+/// Options the configured upstream kind has no way to take and whose loss would answer
+/// another question are refused, naming the option and the upstream (front round 17 F2:
+/// they were dropped and answered 200): a JSON format for Anthropic (its answer was prose,
+/// and the SDKs' `parse` failed on it), Chat's `stop` for a Responses upstream (the text
+/// ran past the stop), a Responses `prompt` (a stored prompt: the instructions themselves)
+/// for any other. Options whose loss changes only how an answer is made (sampling, effort,
+/// verbosity, metadata) are dropped, as the README's table says.
+fn refuse_unforwardable(
+    provider: crate::provider::Provider,
+    options: &RequestOptions,
+) -> Result<(), ApiError> {
+    use crate::provider::{OutputFormat, Provider};
+    let refuse = |field: &str, param: &str| {
+        Err(ApiError::bad_request(format!(
+            "{field}: the configured upstream ({}) has no way to take it, and answering without it would answer another question",
+            provider.as_str()
+        ))
+        .param(param)
+        .code("unsupported_parameter"))
+    };
+    if provider == Provider::Anthropic
+        && matches!(
+            options.format,
+            Some(OutputFormat::JsonObject | OutputFormat::JsonSchema { .. })
+        )
+    {
+        return refuse("a JSON `text.format` / `response_format`", "text.format");
+    }
+    if provider == Provider::OpenaiResponses && !options.stop.is_empty() {
+        return refuse("`stop`", "stop");
+    }
+    if let Some((kind, fields)) = &options.passthrough
+        && *kind != provider
+        && fields.contains_key("prompt")
+    {
+        return refuse("`prompt`", "prompt");
+    }
+    Ok(())
 }
 
 /// Every name the surface declares, declared once: a call by a name declared twice
