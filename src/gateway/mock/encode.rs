@@ -195,10 +195,20 @@ impl Plan {
         let mut output_index = 0usize;
         if self.has_message() {
             let id = self.message_id();
+            // Every event OpenAI sends for a text part: the SDKs' stream accumulators
+            // index the part from `content_part.added` (front round 17 F5: without it
+            // the Python SDK's `responses.stream()` failed with an IndexError).
             push(json!({
                 "type": "response.output_item.added",
                 "output_index": output_index,
                 "item": self.responses_message(Vec::new(), "in_progress"),
+            }));
+            push(json!({
+                "type": "response.content_part.added",
+                "item_id": id,
+                "output_index": output_index,
+                "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []},
             }));
             for delta in fragments(&self.text) {
                 push(json!({
@@ -207,8 +217,24 @@ impl Plan {
                     "output_index": output_index,
                     "content_index": 0,
                     "delta": delta,
+                    "logprobs": [],
                 }));
             }
+            push(json!({
+                "type": "response.output_text.done",
+                "item_id": id,
+                "output_index": output_index,
+                "content_index": 0,
+                "text": self.text,
+                "logprobs": [],
+            }));
+            push(json!({
+                "type": "response.content_part.done",
+                "item_id": id,
+                "output_index": output_index,
+                "content_index": 0,
+                "part": Plan::output_text(&self.text),
+            }));
             push(json!({
                 "type": "response.output_item.done",
                 "output_index": output_index,

@@ -1019,3 +1019,43 @@ fn fragments_cut_at_character_boundaries() {
     assert_eq!(fragments("x"), ["x"]);
     assert_eq!(fragments(""), [""]);
 }
+
+/// A streamed text answer has every event of its part, in OpenAI's order: the SDKs' stream
+/// accumulators index the part from `content_part.added` (front round 17 F5: the Python
+/// SDK's `responses.stream()` failed with an IndexError without it).
+#[tokio::test]
+async fn a_streamed_text_answer_has_every_event_of_its_part() {
+    let server = start(MockOptions::default()).await;
+    let convo = Convo::new(RESPONSES, true, &[], "say hello");
+    let answer = server.post("/v1/responses", &convo.body()).await;
+    let events = parse_sse(&answer.body);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds[..3],
+        [
+            "response.created",
+            "response.output_item.added",
+            "response.content_part.added"
+        ],
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds[kinds.len() - 4..],
+        [
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ],
+        "{kinds:?}"
+    );
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert!(!text.is_empty());
+    let done = &events[kinds.len() - 4];
+    assert_eq!(done["text"], text);
+    server.stop().await;
+}
