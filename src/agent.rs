@@ -518,6 +518,8 @@ impl Agent {
             ..(*later).clone()
         });
         let mut calls_left = options.max_tool_calls;
+        // Bytes the model wrote in the turn (text and call arguments).
+        let mut written = 0u64;
         let mut kept = results::ResultBytes::new(self.results.clone());
         let text_out = options.text;
         // A structured answer (a JSON object or schema) is the last round's text alone:
@@ -560,10 +562,14 @@ impl Agent {
             // F6: a bound of 40 wrote 55 in two rounds, said completed): each round may
             // write what the rounds before left, and when too little is left for a round
             // the turn ends there, cut at its length.
-            if let (Some(cap), Some(used)) = (options.options.max_output_tokens, &usage)
+            if let Some(cap) = options.options.max_output_tokens
                 && round > 1
             {
-                let left = cap.saturating_sub(used.output_tokens);
+                // The provider's count; a provider that counts none is estimated at four
+                // bytes a token of what it wrote (front round 17 F8: without usage every
+                // round was asked for the whole bound).
+                let used = usage.map_or(written.div_ceil(4), |u| u.output_tokens);
+                let left = cap.saturating_sub(used);
                 if left < MIN_ROUND_OUTPUT_TOKENS {
                     let mut out =
                         self.finish(answer, Stop::Answered, round - 1, calls, messages, usage);
@@ -596,6 +602,14 @@ impl Agent {
             if let Some(u) = reply.usage {
                 usage.get_or_insert_default().add(u);
             }
+            written = written.saturating_add(
+                (reply.text.len()
+                    + reply
+                        .tool_calls
+                        .iter()
+                        .map(|c| json_len(&c.arguments))
+                        .sum::<usize>()) as u64,
+            );
             if let Some(out) = &text_out
                 && !reply.streamed
                 && (!structured || reply.tool_calls.is_empty())

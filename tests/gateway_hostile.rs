@@ -1669,3 +1669,36 @@ fn options_an_upstream_cannot_take_are_refused_not_dropped() {
     }
     assert_eq!(asked.load(Ordering::SeqCst), 0);
 }
+
+/// The turn's output bound holds when the provider counts no tokens: what the model wrote
+/// is estimated (four bytes a token) (front round 17 F8: every round was asked for the
+/// whole bound).
+#[test]
+fn the_output_bound_holds_without_the_provider_s_counts() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        Reply::json(
+            200,
+            &json!({"output": [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x".repeat(80)}]},
+            {"type": "function_call", "call_id": format!("c{}", keep.lock().unwrap().len()), "name": "tool_search", "arguments": "{\"query\": \"issue\"}"}]}),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    // 80 bytes of text and 18 of arguments: about 25 tokens of 100; then about 50.
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_output_tokens": 100}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "incomplete", "{text}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0]["max_output_tokens"], 100);
+    assert_eq!(seen[1]["max_output_tokens"], 75);
+    assert!(seen.len() <= 4, "{} rounds", seen.len());
+}
