@@ -295,7 +295,30 @@ pub fn mock_provider(
 /// `qa tool-search-gateway-e2e`: direct against tool search through the gateway and the
 /// mock provider, with `tools` fake plugin tools, the gateways speaking `provider` to the
 /// mock; fails when a check fails.
-pub fn qa(tools: usize, provider: &str) -> Result<Output> {
+pub fn qa(options: &Options, tools: usize, provider: &str) -> Result<Output> {
+    // Its gateways run on a config, catalog, mode and state of their own: options meant
+    // for them were read and ignored without a word (front round 17 F6).
+    let given: Vec<&str> = [
+        ("--catalog", !options.catalogs.is_empty()),
+        ("--mode", options.mode.is_some()),
+        ("--state-dir", options.state_dir.is_some()),
+        ("--session", options.session.is_some()),
+        ("--agent", options.agent.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if !given.is_empty() {
+        return Err(Error::Usage(format!(
+            "qa runs its own mock provider and gateways, one per mode, on a config, catalog and state of their own: {} do not apply",
+            given.join(", ")
+        )));
+    }
+    if tools == 0 {
+        return Err(Error::Usage(
+            "qa --tools: at least 1 fake tool (the target is one of them)".into(),
+        ));
+    }
     let provider = Provider::parse(provider)?;
     let bin = std::env::current_exe()
         .map_err(|e| Error::Usage(format!("cannot find this program: {e}")))?;

@@ -317,7 +317,7 @@ fn run(cli: Cli) -> Result<Option<Output>, Error> {
             check: QaCheck::ToolSearchGatewayE2e {
                 tools, provider, ..
             },
-        } => commands::qa(tools, &provider)?,
+        } => commands::qa(&options, tools, &provider)?,
         Command::Doctor { .. } => commands::doctor(options)?,
         Command::Eval {
             catalog,

@@ -18,6 +18,27 @@ fn the_qa_end_to_end_passes_on_every_lane_with_each_upstream_format() {
     }
 }
 
+/// Options for the gateways it starts itself are refused, not ignored (front round 17 F6).
+#[test]
+fn qa_refuses_options_that_would_not_apply() {
+    let out = Command::new(BIN)
+        .args(["--mode", "tools", "qa", "tool-search-gateway-e2e"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--mode") && err.contains("do not apply"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["qa", "tool-search-gateway-e2e", "--tools", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+}
+
 fn qa_passes(provider: &str) {
     let before = sandbox_children();
     let out = Command::new(BIN)
@@ -50,6 +71,17 @@ fn qa_passes(provider: &str) {
     }
     let code = &report["lanes"][1];
     assert!(code["ratio_to_direct"].as_f64().unwrap() <= 0.5, "{code:#}");
+    // The turn's requests counted whole too: every round resends the tools (front round
+    // 17 F6: only the last request was counted).
+    let direct = &report["lanes"][0];
+    assert!(
+        direct["turn_request_bytes"].as_u64().unwrap() > direct["request_bytes"].as_u64().unwrap(),
+        "{direct:#}"
+    );
+    assert!(
+        code["turn_ratio_to_direct"].as_f64().unwrap() <= 0.5,
+        "{code:#}"
+    );
     // No gateway, mock or sandbox child (spares included) is left behind.
     let started = Instant::now();
     while sandbox_children() > before {
