@@ -444,6 +444,7 @@ impl Agent {
             id: run_id.to_string(),
             name: name.to_string(),
             arguments,
+            unreadable: None,
         };
         let out = self.run_one(&call, self.route(name), run_id, cancel).await;
         (out.text, out.is_error)
@@ -641,14 +642,15 @@ impl Agent {
                 out.end_with(std::mem::take(&mut reply.ending));
                 return Ok(out);
             }
-            let allowed = self.within_budget(&reply.tool_calls, &mut calls_left);
+            let held_back =
+                self.held_back(&reply.tool_calls, &mut calls_left, options.max_tool_calls);
             let outcomes = self
                 .run_batch(
                     &reply
                         .tool_calls
                         .iter()
-                        .zip(&allowed)
-                        .filter(|(_, ok)| **ok)
+                        .zip(&held_back)
+                        .filter(|(_, why)| why.is_none())
                         .map(|(c, _)| c.clone())
                         .collect::<Vec<_>>(),
                     &format!("turn{turn}-r{round}"),
@@ -658,16 +660,13 @@ impl Agent {
                 )
                 .await;
             let mut ran = outcomes.into_iter();
-            let outcomes: Vec<Outcome> = allowed
-                .iter()
-                .map(|ok| match ok {
-                    true => ran
+            let outcomes: Vec<Outcome> = held_back
+                .into_iter()
+                .map(|why| match why {
+                    None => ran
                         .next()
                         .unwrap_or_else(|| Outcome::error("the tool call task failed".into())),
-                    false => Outcome::error(format!(
-                        "Not run: this request allows {} tool calls (max_tool_calls), all made. Answer with what you have.",
-                        options.max_tool_calls.unwrap_or_default()
-                    )),
+                    Some(why) => Outcome::error(why),
                 })
                 .collect();
             let all_terminate = outcomes.iter().all(|o| o.terminate);
@@ -723,23 +722,40 @@ impl Agent {
         Err(TurnError::RoundLimit(self.max_rounds))
     }
 
-    /// Which of a batch's calls the turn's `max_tool_calls` lets run, in order, counting
-    /// them off `left`: the calls it runs itself count, client calls handed back do not.
-    fn within_budget(&self, calls: &[ToolCall], left: &mut Option<usize>) -> Vec<bool> {
+    /// Why each of a batch's calls is answered without running, in order, `None` for those
+    /// that run (or go to the client): arguments the model wrote that could not be read
+    /// (it may call again; a client would get nothing it could run), and calls past the
+    /// turn's `max_tool_calls`, counted off `left` (the calls the turn runs itself count,
+    /// client calls handed back do not).
+    fn held_back(
+        &self,
+        calls: &[ToolCall],
+        left: &mut Option<usize>,
+        max_tool_calls: Option<usize>,
+    ) -> Vec<Option<String>> {
         calls
             .iter()
             .map(|c| {
-                let Some(n) = left else { return true };
+                if let Some(why) = &c.unreadable {
+                    return Some(format!(
+                        "Not run: {why}. Call `{}` again with its arguments as one JSON object.",
+                        c.name
+                    ));
+                }
+                let n = left.as_mut()?;
                 let handed_back = self.client_passthrough
                     && matches!(self.route(&c.name), Route::Tool { client: true, .. });
                 if handed_back {
-                    return true;
+                    return None;
                 }
                 if *n == 0 {
-                    return false;
+                    return Some(format!(
+                        "Not run: this request allows {} tool calls (max_tool_calls), all made. Answer with what you have.",
+                        max_tool_calls.unwrap_or_default()
+                    ));
                 }
                 *n -= 1;
-                true
+                None
             })
             .collect()
     }

@@ -1702,3 +1702,52 @@ fn the_output_bound_holds_without_the_provider_s_counts() {
     assert_eq!(seen[1]["max_output_tokens"], 75);
     assert!(seen.len() <= 4, "{} rounds", seen.len());
 }
+
+/// A call whose arguments the model wrote badly is answered to the model, which can call
+/// again, instead of failing the turn (front round 17 F7: a 502, the earlier rounds' work
+/// lost); a client tool's is not handed to the client either.
+#[test]
+fn a_call_with_unreadable_arguments_is_answered_to_the_model() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        let answered = request["input"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|x| x["type"] == "function_call_output"));
+        if answered {
+            return Reply::json(200, &message("fixed it"));
+        }
+        let tool = request["model"]
+            .as_str()
+            .unwrap_or("tool_search")
+            .to_string();
+        Reply::json(
+            200,
+            &json!({"output": [{"type": "function_call", "call_id": "c1", "name": tool, "arguments": "{\"query\": \"unterminated"}]}),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let pick = json!({"type": "function", "name": "pick", "parameters": {"type": "object"}});
+    for tool in ["tool_search", "pick"] {
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"model": tool, "input": "hi", "tools": [pick]}),
+        );
+        assert_eq!(status, 200, "{tool}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["status"], "completed", "{tool}: {text}");
+        assert_eq!(
+            v["output"][0]["content"][0]["text"], "fixed it",
+            "{tool}: {text}"
+        );
+        assert!(!text.contains("\"function_call\""), "{tool}: {text}");
+        let last = seen.lock().unwrap().last().unwrap().to_string();
+        assert!(
+            last.contains("not valid JSON") && last.contains("again"),
+            "{last}"
+        );
+    }
+}

@@ -64,6 +64,7 @@ fn calls(list: &[(&str, Value)]) -> ModelReply {
                 id: format!("call_{}", i + 1),
                 name: name.to_string(),
                 arguments: args.clone(),
+                unreadable: None,
             })
             .collect(),
         streamed: false,
@@ -739,6 +740,7 @@ async fn a_conversation_grown_past_the_bound_fails_the_turn() {
                 id: "c".into(),
                 name: "f".into(),
                 arguments: json!({"x": 1}),
+                unreadable: None,
             }],
         }]),
         2 + 1 + 1 + r#"{"x":1}"#.len()

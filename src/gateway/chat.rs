@@ -344,6 +344,7 @@ fn chat_messages(
                             budget,
                         )
                         .map_err(|e| bad(format!("tool_calls[{j}].function.arguments: {e}")))?,
+                        unreadable: None,
                     });
                 }
                 if let Some(f) = m.get("function_call").filter(|f| f.is_object()) {
@@ -358,6 +359,7 @@ fn chat_messages(
                             budget,
                         )
                         .map_err(|e| bad(format!("function_call.arguments: {e}")))?,
+                        unreadable: None,
                     });
                 }
                 for c in &calls {

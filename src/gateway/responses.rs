@@ -448,6 +448,7 @@ fn input_messages(input: &Value, budget: &mut Budget) -> Result<Vec<Message>, Ap
                     id: call_id.to_string(),
                     name: name.to_string(),
                     arguments,
+                    unreadable: None,
                 };
                 // Calls that follow the model's message (or each other) are its calls.
                 match messages.last_mut() {

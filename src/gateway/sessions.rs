@@ -328,6 +328,7 @@ mod tests {
                         id: format!("c-{text}"),
                         name: "f".into(),
                         arguments: serde_json::json!({"v": vec![0; values]}),
+                        unreadable: None,
                     }],
                 },
             ]

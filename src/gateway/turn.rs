@@ -727,6 +727,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             arguments: json!({}),
+            unreadable: None,
         }
     }
 

@@ -154,15 +154,21 @@ pub enum Item<'a> {
 }
 
 /// One tool call, whatever provider it came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The provider's call id, or `call_<n>` (n the 1-based position of the call in its
     /// response) when the provider gave none.
     pub id: String,
     /// The name as the provider sent it; see [`ToolCall::with_original_names`].
     pub name: String,
-    /// Always a JSON object.
+    /// Always a JSON object (`{}` when the model's were unreadable).
     pub arguments: Value,
+    /// Why the model's arguments could not be read (not JSON, not an object): such a call
+    /// is not run but answered to the model, which can call again; it failed the whole
+    /// turn, the work of its earlier rounds lost (front round 17 F7). Not kept with the
+    /// conversation: its result says it.
+    #[serde(skip)]
+    pub unreadable: Option<String>,
 }
 
 impl ToolCall {

@@ -317,11 +317,20 @@ fn finish_calls(raw: Vec<RawCall>) -> Result<Vec<ToolCall>, ProviderError> {
                     message: "the call has no tool name".into(),
                 });
             }
-            let arguments = parse_arguments(&call.name, call.arguments)?;
+            // Arguments that cannot be read are the model's mistake, not the provider's:
+            // the call is answered to the model, which can call again.
+            let (arguments, unreadable) = match parse_arguments(&call.name, call.arguments) {
+                Ok(arguments) => (arguments, None),
+                Err(ProviderError::BadToolCall { message, .. }) => {
+                    (Value::Object(Map::new()), Some(message))
+                }
+                Err(other) => return Err(other),
+            };
             Ok(ToolCall {
                 id: call.id.unwrap_or_else(|| format!("call_{position}")),
                 name: call.name,
                 arguments,
+                unreadable,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -319,6 +319,7 @@ fn on_wire(calls: &[ToolCall], names: &WireNames) -> Vec<ToolCall> {
             id: c.id.clone(),
             name: names.wire_name(&c.name).to_string(),
             arguments: c.arguments.clone(),
+            unreadable: None,
         })
         .collect()
 }

@@ -72,6 +72,7 @@ impl Plan {
                     id: format!("call_{}", first + i),
                     name: scripted.name,
                     arguments: scripted.arguments,
+                    unreadable: None,
                 },
             })
             .collect();
