@@ -450,18 +450,12 @@ impl Dispatcher {
         // A caller that stopped waiting before its tool started (its run ended, its turn
         // was aborted or hit its bound while the arguments were checked) starts nothing.
         if request.cancel.is_cancelled() {
-            unlogged.armed = false;
-            self.log_aborted(&unlogged);
-            return Ok(Envelope {
-                tool: entry.compact.clone(),
-                call_id,
-                result: ToolResult::new(
-                    "Not run: the caller stopped waiting before the tool started.".into(),
-                    Value::Null,
-                    true,
-                ),
-                stop_after_batch: false,
-            });
+            let not_run = ToolResult::new(
+                "Not run: the caller stopped waiting before the tool started.".into(),
+                Value::Null,
+                true,
+            );
+            return Ok(self.aborted(&mut unlogged, call_id, not_run));
         }
         unlogged.stage = "executor";
         let output = self
@@ -480,14 +474,7 @@ impl Dispatcher {
         // (the executor ending on the cancel, or the call being dropped); by the executor's
         // own error, a loaded machine logged the same call as `tool-error`.
         if request.cancel.is_cancelled() {
-            unlogged.armed = false;
-            self.log_aborted(&unlogged);
-            return Ok(Envelope {
-                tool: entry.compact.clone(),
-                call_id,
-                result,
-                stop_after_batch,
-            });
+            return Ok(self.aborted(&mut unlogged, call_id, result));
         }
 
         unlogged.stage = "after-hooks";
@@ -580,6 +567,19 @@ impl Dispatcher {
 
     /// Logs a call that passed validation and whose caller stopped waiting before it ended
     /// (its approval, its hooks or its tool may have run), with the stage it reached.
+    /// A call whose caller stopped waiting, logged `aborted` once, with `result` (the
+    /// tool's, or why it did not run).
+    fn aborted(&self, guard: &mut Unlogged<'_>, call_id: String, result: ToolResult) -> Envelope {
+        guard.armed = false;
+        self.log_aborted(guard);
+        Envelope {
+            tool: guard.entry.compact.clone(),
+            call_id,
+            result,
+            stop_after_batch: false,
+        }
+    }
+
     fn log_aborted(&self, guard: &Unlogged<'_>) {
         let mut event = call_event(
             guard.entry,
