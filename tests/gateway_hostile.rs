@@ -789,10 +789,7 @@ fn fields_the_gateway_cannot_honour_are_refused() {
 #[test]
 fn a_client_tool_s_strict_reaches_the_provider() {
     for kind in ["openai-responses", "openai-completions"] {
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-        let keep = seen.clone();
-        let (url, _) = scripted_provider(move |_, _, request| {
-            keep.lock().unwrap().push(request.clone());
+        let (url, seen) = recording_provider(move |request| {
             if request.get("messages").is_some() {
                 Reply::json(
                     200,
@@ -932,10 +929,7 @@ fn a_call_cut_short_is_incomplete_and_neither_run_nor_handed_over() {
 /// round is sent `tool_choice: none`, so the model answers.
 #[test]
 fn max_tool_calls_bounds_the_gateway_s_own_loop() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
+    let (url, seen) = recording_provider(move |request| {
         if request["tool_choice"] == "none" {
             return Reply::json(200, &message("done"));
         }
@@ -995,24 +989,19 @@ fn max_tool_calls_bounds_the_gateway_s_own_loop() {
 fn a_refusal_stays_in_the_conversation() {
     let refusal = "I can't help with that.";
     for kind in ["openai-responses", "openai-completions", "anthropic"] {
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-        let keep = seen.clone();
-        let (url, _) = scripted_provider(move |_, _, request| {
-            keep.lock().unwrap().push(request.clone());
-            match kind {
-                "openai-completions" => Reply::json(
-                    200,
-                    &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": refusal}, "finish_reason": "stop"}]}),
-                ),
-                "openai-responses" => Reply::json(
-                    200,
-                    &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}]}),
-                ),
-                _ => Reply::json(
-                    200,
-                    &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
-                ),
-            }
+        let (url, seen) = recording_provider(move |_| match kind {
+            "openai-completions" => Reply::json(
+                200,
+                &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": refusal}, "finish_reason": "stop"}]}),
+            ),
+            "openai-responses" => Reply::json(
+                200,
+                &json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}]}),
+            ),
+            _ => Reply::json(
+                200,
+                &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+            ),
         });
         let dir = tempfile::tempdir().unwrap();
         let config = format!("max_retries = 0\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n");
@@ -1085,10 +1074,7 @@ fn client_tools_and_the_gateway_s_own_stay_within_the_provider_s_limit() {
 /// its own keeps it.
 #[test]
 fn anthropic_s_output_bound_is_roomy_configurable_and_the_request_s_first() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
+    let (url, seen) = recording_provider(move |_| {
         Reply::json(
             200,
             &json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
@@ -1234,12 +1220,7 @@ fn upstream_quirks_lose_no_text_and_fail_no_good_turn() {
 /// paragraphs to the model; Chat's errors name `messages`, a tool of an unknown type `tools`.
 #[test]
 fn client_input_is_read_as_written_or_refused() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
-        Reply::json(200, &message("ok"))
-    });
+    let (url, seen) = recording_provider(move |_| Reply::json(200, &message("ok")));
     let dir = tempfile::tempdir().unwrap();
     let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
     let user = json!({"role": "user", "content": "hi"});
@@ -1319,10 +1300,7 @@ fn client_input_is_read_as_written_or_refused() {
 #[test]
 fn input_system_messages_continue_with_the_conversation() {
     for kind in ["openai-responses", "anthropic"] {
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-        let keep = seen.clone();
-        let (url, _) = scripted_provider(move |_, _, request| {
-            keep.lock().unwrap().push(request.clone());
+        let (url, seen) = recording_provider(move |_| {
             if kind == "anthropic" {
                 Reply::json(
                     200,
@@ -1395,10 +1373,7 @@ fn input_system_messages_continue_with_the_conversation() {
 /// little left ends incomplete.
 #[test]
 fn a_structured_answer_is_the_last_round_s_and_the_output_bound_the_turn_s() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
+    let (url, seen) = recording_provider(move |request| {
         let answered = request["input"]
             .as_array()
             .is_some_and(|i| i.iter().any(|x| x["type"] == "function_call_output"));
@@ -1594,12 +1569,7 @@ fn log_probabilities_and_citations_reach_the_client() {
 /// fork); `store: false` concerns stored responses, and the session keeps the turn.
 #[test]
 fn a_session_s_history_is_written_only_by_its_own_stored_turns() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
-        Reply::json(200, &message("ok"))
-    });
+    let (url, seen) = recording_provider(move |_| Reply::json(200, &message("ok")));
     let dir = tempfile::tempdir().unwrap();
     let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
     let ask = |body: Value| {
@@ -1708,10 +1678,7 @@ fn the_output_bound_holds_without_the_provider_s_counts() {
 /// lost); a client tool's is not handed to the client either.
 #[test]
 fn a_call_with_unreadable_arguments_is_answered_to_the_model() {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
-    let keep = seen.clone();
-    let (url, _) = scripted_provider(move |_, _, request| {
-        keep.lock().unwrap().push(request.clone());
+    let (url, seen) = recording_provider(move |request| {
         let answered = request["input"]
             .as_array()
             .is_some_and(|i| i.iter().any(|x| x["type"] == "function_call_output"));

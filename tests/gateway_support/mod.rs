@@ -433,3 +433,19 @@ pub fn sse_events(text: &str) -> Vec<Value> {
         })
         .collect()
 }
+
+/// The request bodies a provider got, in order.
+pub type Seen = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+
+/// A scripted provider that answers each request body with `answer` and keeps every body.
+pub fn recording_provider(
+    answer: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+) -> (String, Seen) {
+    let seen: Seen = Default::default();
+    let keep = seen.clone();
+    let (url, _) = scripted_provider(move |_, _, request| {
+        keep.lock().unwrap().push(request.clone());
+        answer(request)
+    });
+    (url, seen)
+}
