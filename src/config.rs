@@ -254,6 +254,11 @@ pub struct GatewayConfig {
     /// How long an unused session is kept, in seconds.
     #[serde(default = "default_stored_ttl_s")]
     pub session_ttl_s: u64,
+    /// How long a streamed turn may go without an event, in milliseconds: past it the
+    /// stream opens (if it has not) and an SSE comment is sent, so that neither a client's
+    /// read timeout nor a proxy's idle timeout cuts a turn whose tools take long.
+    #[serde(default = "default_stream_keepalive_ms")]
+    pub stream_keepalive_ms: u64,
 }
 
 fn default_stored_responses() -> usize {
@@ -265,6 +270,9 @@ fn default_stored_ttl_s() -> u64 {
 fn default_sessions() -> usize {
     1000
 }
+fn default_stream_keepalive_ms() -> u64 {
+    15_000
+}
 
 impl Default for GatewayConfig {
     fn default() -> Self {
@@ -273,6 +281,7 @@ impl Default for GatewayConfig {
             stored_ttl_s: default_stored_ttl_s(),
             sessions: default_sessions(),
             session_ttl_s: default_stored_ttl_s(),
+            stream_keepalive_ms: default_stream_keepalive_ms(),
         }
     }
 }

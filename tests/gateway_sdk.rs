@@ -399,3 +399,57 @@ fn the_sdk_does_not_retry_a_turn_whose_tools_ran() {
         }
     }
 }
+
+/// A streamed turn that takes longer than the client's timeout before its text (a slow
+/// provider here; tool rounds of minutes in use) opens its stream after one keep-alive
+/// period and sends SSE comments until the text: it held everything back until the text
+/// came, so the SDK's timeout (or a proxy's idle timeout) cut every such turn.
+#[test]
+fn a_streamed_turn_slower_than_the_clients_timeout_keeps_its_stream_alive() {
+    use gateway_support::{Reply, gateway_with, scripted_provider};
+    let node = node();
+    let (url, _) = scripted_provider(|_, _, _| {
+        std::thread::sleep(std::time::Duration::from_millis(3_500));
+        let done = json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "late but here"}]}]});
+        Reply::sse(&[
+            json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "late but here"}),
+            json!({"type": "response.completed", "response": done}),
+        ])
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(
+        &url,
+        dir.path(),
+        "max_retries = 0\n[gateway]\nstream_keepalive_ms = 400\n",
+    );
+    let out = Command::new(&node)
+        .arg(sdk_dir().join("slow.mjs"))
+        .arg(format!("{gw}/v1"))
+        .current_dir(sdk_dir())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "slow.mjs printed no JSON ({e}): {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        report,
+        json!({"responses": "late but here", "chat": "late but here"})
+    );
+
+    // The raw stream: the turn's opening, comments while it ran, then the text.
+    let (status, text) = gateway_support::post(
+        &gw,
+        "/v1/responses",
+        &json!({"model": "m", "input": "slow", "stream": true}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let created = text.find("response.created").expect(&text);
+    let comment = text.find(": keep-alive\n\n").expect(&text);
+    let delta = text.find("response.output_text.delta").expect(&text);
+    assert!(created < comment && comment < delta, "{text}");
+    assert!(text.matches(": keep-alive").count() >= 3, "{text}");
+}

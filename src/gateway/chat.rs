@@ -246,7 +246,13 @@ async fn create_inner(
     }
     let (tx, rx) = mpsc::channel(TEXT_BUFFER);
     let running = gw.start(turn, Some(tx)).await?;
-    Ok(sse::respond(running, rx, ChatStream { completion }).await)
+    Ok(sse::respond(
+        running,
+        rx,
+        ChatStream { completion },
+        gw.stream_keepalive(),
+    )
+    .await)
 }
 
 fn options_of(

@@ -250,7 +250,7 @@ async fn create_inner(
     let running = gw.start(turn, Some(tx)).await?;
     answer.started(&running);
     let encoder = events::ResponsesStream::new(Arc::clone(gw), answer);
-    Ok(sse::respond(running, rx, encoder).await)
+    Ok(sse::respond(running, rx, encoder, gw.stream_keepalive()).await)
 }
 
 /// `GET /v1/responses/{id}`: a stored response as its client got it; with `stream=true`,

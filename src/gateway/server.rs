@@ -340,6 +340,11 @@ impl Gateway {
         self.spares.get().cloned().flatten()
     }
 
+    /// The longest a streamed answer goes without an event (`[gateway] stream_keepalive_ms`).
+    pub(super) fn stream_keepalive(&self) -> Duration {
+        Duration::from_millis(self.host.config.gateway.stream_keepalive_ms)
+    }
+
     /// The model a request gets when it names none.
     pub(super) fn configured_model(&self) -> &str {
         &self.host.config.provider.model

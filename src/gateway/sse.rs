@@ -2,10 +2,14 @@
 //! then the end of the answer, in the shape an [`Encoder`] gives them (Responses events,
 //! Chat chunks).
 //!
-//! Nothing is sent until the turn has text or has ended: a turn that fails before saying
-//! anything (a provider's 429, a bad request the provider refused) is answered with that
-//! HTTP status and error, as a non-streamed request would be, instead of a 200 stream
-//! that fails. After that the events follow the turn as it goes.
+//! Nothing is sent until the turn has text or has ended, or for one keep-alive period
+//! (`[gateway] stream_keepalive_ms`): a turn that fails before saying anything (a
+//! provider's 429, a bad request the provider refused) is answered with that HTTP status
+//! and error, as a non-streamed request would be, instead of a 200 stream that fails.
+//! After that the events follow the turn as it goes, and a period without one sends an SSE
+//! comment (`: keep-alive`), which the SDKs' parsers skip: a turn whose tool rounds took
+//! minutes used to send nothing at all until its text, so the SDKs' read timeout or a
+//! proxy's idle timeout cut it, and the SDKs retried the whole turn.
 //!
 //! The body owns the turn's cancel guard: a client that goes away drops the body, and with
 //! it the turn. One that stops reading fills the text buffer, and the turn waits for it
@@ -13,6 +17,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
@@ -151,12 +156,21 @@ impl http_body::Body for PiecesBody {
     }
 }
 
-/// The streamed answer of `running`, whose text arrives on `text`.
+/// The shortest keep-alive period: a config's 0 would send comments without end.
+const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
+
+/// A comment line: an event the SDKs' parsers skip, sent to show the turn is alive.
+const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The streamed answer of `running`, whose text arrives on `text`; `keepalive` is the
+/// longest the client goes without an event.
 pub async fn respond<E: Encoder>(
     mut running: Running,
     mut text: mpsc::Receiver<String>,
     mut encoder: E,
+    keepalive: Duration,
 ) -> Response {
+    let keepalive = keepalive.max(MIN_KEEPALIVE);
     let mut early = Vec::new();
     let mut ended = None;
     tokio::select! {
@@ -167,6 +181,8 @@ pub async fn respond<E: Encoder>(
             None => ended = Some(settled((&mut running.turn).await)),
         },
         joined = &mut running.turn => ended = Some(settled(joined)),
+        // A long turn: the stream opens now, and keeps alive until the text comes.
+        () = tokio::time::sleep(keepalive) => {}
     }
     if ended.is_some() {
         while let Ok(delta) = text.try_recv() {
@@ -189,6 +205,7 @@ pub async fn respond<E: Encoder>(
         end: VecDeque::new(),
         held: None,
         encoder,
+        keepalive,
     };
     if let Some(result) = ended {
         st.running = None;
@@ -208,7 +225,11 @@ pub async fn respond<E: Encoder>(
                 return Some((Ok(frame), st));
             }
             let running = st.running.as_mut()?;
-            match st.text.recv().await {
+            // `recv` is cancel-safe: a delta that comes as the period ends is the next one.
+            let Ok(next) = tokio::time::timeout(st.keepalive, st.text.recv()).await else {
+                return Some((Ok(Bytes::from_static(KEEPALIVE)), st));
+            };
+            match next {
                 Some(delta) => {
                     let frames = st.encoder.text(&delta);
                     return Some((Ok(Bytes::from(concat(frames))), st));
@@ -239,6 +260,7 @@ struct Streaming<E> {
     /// for as long as the end took it, five times the text (front round 9 F3).
     held: Option<crate::agent::LettingGo>,
     encoder: E,
+    keepalive: Duration,
 }
 
 impl<E: Encoder> Streaming<E> {
