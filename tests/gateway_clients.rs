@@ -432,3 +432,103 @@ fn a_streamed_response_replays_as_it_was_sent_and_resumes_from_any_number() {
         );
     }
 }
+
+/// A response whose turn still runs is known by its id (the client has it from
+/// `response.created`): `GET` gives it `in_progress`, a continuation is refused as early,
+/// and a `DELETE` holds: the response is not stored when the turn ends. Unknown while it
+/// ran, it was a 404 to both, and a `DELETE` then had no effect (front round 17 F4).
+#[test]
+fn a_running_response_is_in_progress_and_deleted_for_good() {
+    let (provider, _) = scripted_provider(|_, _, body| {
+        std::thread::sleep(std::time::Duration::from_millis(2_500));
+        let done = json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]});
+        if body["stream"] == true {
+            Reply::sse(&[
+                json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "done"}),
+                json!({"type": "response.completed", "response": done}),
+            ])
+        } else {
+            Reply::json(200, &done)
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(
+        &provider,
+        dir.path(),
+        "[gateway]\nstream_keepalive_ms = 200\n",
+    );
+    runtime().block_on(async {
+        let client = reqwest::Client::new();
+        // Two streamed turns; each stream opens before its text, with the response's id.
+        let mut turns = Vec::new();
+        for _ in 0..2 {
+            let mut r = client
+                .post(format!("{url}/v1/responses"))
+                .json(&json!({"input": "hello", "stream": true}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let mut seen = String::new();
+            while !seen.contains("response.in_progress") {
+                seen.push_str(&String::from_utf8_lossy(&r.chunk().await.unwrap().unwrap()));
+            }
+            let created = toolsearch::provider::parse_sse(&seen)[0].clone();
+            let id = created["response"]["id"].as_str().unwrap().to_string();
+            turns.push((id, r, seen));
+        }
+        let ask = |method: &str, id: &str| {
+            client
+                .request(method.parse().unwrap(), format!("{url}/v1/responses/{id}"))
+                .send()
+        };
+        for (id, _, _) in &turns {
+            let r = ask("GET", id).await.unwrap();
+            assert_eq!(r.status(), 200);
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(
+                (v["id"].as_str(), v["status"].as_str()),
+                (Some(id.as_str()), Some("in_progress")),
+                "{v}"
+            );
+        }
+        let r = client
+            .post(format!("{url}/v1/responses"))
+            .json(&json!({"input": "more", "previous_response_id": turns[0].0}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("still in progress"), "{text}");
+
+        let r = ask("DELETE", &turns[0].0).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["deleted"], true, "{v}");
+        for method in ["GET", "DELETE"] {
+            assert_eq!(
+                ask(method, &turns[0].0).await.unwrap().status(),
+                404,
+                "{method}"
+            );
+        }
+
+        // Both turns end as they would have; only the one not deleted is stored.
+        for (i, (id, mut r, mut seen)) in turns.into_iter().enumerate() {
+            while let Some(chunk) = r.chunk().await.unwrap() {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            assert!(seen.contains("response.completed"), "{seen}");
+            let got = ask("GET", &id).await.unwrap();
+            let status = got.status().as_u16();
+            let body = got.text().await.unwrap();
+            if i == 0 {
+                assert_eq!(status, 404, "{id}: {body}");
+            } else {
+                assert_eq!(status, 200, "{id}: {body}");
+                assert_eq!(json_of(&body)["status"], "completed", "{body}");
+            }
+        }
+    });
+}

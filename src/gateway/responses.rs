@@ -31,7 +31,7 @@ use super::forward;
 use super::json::Budget;
 use super::server::{Admitted, Gateway};
 use super::sse;
-use super::store::{StoredResponse, random_id};
+use super::store::{Found, Ran, StoredResponse, random_id};
 use super::turn::{Prior, Running, TEXT_BUFFER, TurnRequest, settled};
 use crate::agent::{Message, TurnOutcome};
 use crate::provider::normalize::Ending;
@@ -131,6 +131,8 @@ struct Answer {
     request: Value,
     metadata: Map<String, Value>,
     store: bool,
+    /// The response's registration among those running, when it is to be stored.
+    ran: Option<Ran>,
     /// Filled in once the turn ran.
     key: String,
     summary: Option<Summary>,
@@ -166,10 +168,16 @@ async fn create_inner(
     }
     let (metadata, session_key) = forward::metadata(request.metadata.clone())?;
     let prior = match &request.previous_response_id {
-        Some(id) => match gw.store.get(id) {
+        Some(id) => match gw.in_flight.find(gw.store.as_ref(), id) {
             // Read once the request has its session's turn: waiting, it holds no memory.
-            Some(stored) => Prior::Stored(stored),
-            None => {
+            Found::Stored(stored) => Prior::Stored(stored),
+            Found::Running(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "Previous response with id '{id}' is still in progress; continue it once it has finished."
+                ))
+                .param("previous_response_id"));
+            }
+            Found::Unknown => {
                 return Err(ApiError::not_found(format!(
                     "Previous response with id '{id}' not found (never stored, or expired)."
                 ))
@@ -203,7 +211,11 @@ async fn create_inner(
         key: String::new(),
         summary: None,
         input_messages: 0,
+        ran: None,
     };
+    if answer.store {
+        answer.ran = Some(gw.in_flight.start(&answer.id, &answer.in_progress()));
+    }
     let client_tools = request.tools.clone().unwrap_or_default();
     // A streamed answer keeps the echo twice to its end: in its encoder and in the
     // completed response waiting to be sent.
@@ -260,8 +272,23 @@ pub(super) async fn retrieve(
     Path(id): Path<String>,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let Some(stored) = gw.store.get(&id) else {
-        return unknown_response(&id).into_response();
+    let stored = match gw.in_flight.find(gw.store.as_ref(), &id) {
+        Found::Stored(stored) => stored,
+        Found::Unknown => return unknown_response(&id).into_response(),
+        Found::Running(in_progress) => {
+            if query.get("stream").is_some_and(|s| s != "false") {
+                return ApiError::bad_request(format!(
+                    "Response with id '{id}' is still in progress: its events go to the request that made it; GET it with stream=true once it has finished"
+                ))
+                .param("stream")
+                .into_response();
+            }
+            return (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                in_progress,
+            )
+                .into_response();
+        }
     };
     let stream = match query.get("stream").map(String::as_str) {
         None | Some("false") => false,
@@ -321,7 +348,7 @@ impl AsRef<[u8]> for StoredText {
 
 /// `DELETE /v1/responses/{id}`: the stored response forgotten.
 pub(super) async fn delete(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
-    if gw.store.remove(&id) {
+    if gw.in_flight.remove(gw.store.as_ref(), &id) {
         axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
     } else {
         unknown_response(&id).into_response()
@@ -666,14 +693,33 @@ impl Answer {
         body
     }
 
-    /// The completed response: built, stored (unless `store: false`), returned.
-    fn complete(&self, gw: &Gateway, outcome: &TurnOutcome) -> Value {
+    /// The response while its turn runs, as `GET` gives it: what the request said, not yet
+    /// what it echoes (that can be megabytes, and is stored with the answer).
+    fn in_progress(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": "in_progress",
+            "error": null,
+            "incomplete_details": null,
+            "model": self.model,
+            "output": [],
+            "store": self.store,
+            "metadata": self.metadata,
+            "usage": null,
+        })
+    }
+
+    /// The completed response: built, stored (unless `store: false`, or deleted while the
+    /// turn ran), returned.
+    fn complete(&mut self, gw: &Gateway, outcome: &TurnOutcome) -> Value {
         self.complete_streamed(gw, outcome, None)
     }
 
     /// The same for a streamed answer, whose text went out in deltas of `pieces` bytes.
     fn complete_streamed(
-        &self,
+        &mut self,
         gw: &Gateway,
         outcome: &TurnOutcome,
         pieces: Option<Vec<u32>>,
@@ -686,7 +732,7 @@ impl Answer {
         if let Some(cut) = outcome.ending.cut {
             body["incomplete_details"] = json!({"reason": cut.incomplete_reason()});
         }
-        if self.store {
+        if let Some(ran) = self.ran.take() {
             let mut stored = StoredResponse::new(
                 &outcome.messages,
                 self.input_messages,
@@ -696,7 +742,7 @@ impl Answer {
             if let Some(pieces) = pieces {
                 stored = stored.streamed_in(pieces);
             }
-            gw.store.put(&self.id, stored);
+            ran.store(gw.store.as_ref(), stored);
         }
         body
     }

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::errors::ApiError;
 use super::sessions::Sessions;
-use super::store::{MemoryStore, ResponseStore};
+use super::store::{InFlight, MemoryStore, ResponseStore};
 use crate::agent::Model;
 use crate::catalog::Catalog;
 use crate::config::Mode;
@@ -105,6 +105,8 @@ pub struct Gateway {
     pub model: Arc<dyn Model>,
     pub provider: Provider,
     pub(super) store: Arc<dyn ResponseStore>,
+    /// The responses whose turns run now (see [`InFlight`]).
+    pub(super) in_flight: Arc<InFlight>,
     pub(super) sessions: Sessions,
     /// Catalogs with client tools joined, for the next request that sends the same tools.
     pub(super) joined: super::joined::Joined<Catalog, Catalog>,
@@ -150,6 +152,7 @@ impl Gateway {
             model,
             provider,
             store,
+            in_flight: Arc::default(),
             sessions,
             joined: Default::default(),
             call_slots: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_AT_ONCE)),

@@ -136,6 +136,96 @@ impl ResponseStore for MemoryStore {
     }
 }
 
+/// The responses whose turns run now, each with what `GET` answers for it until it is
+/// stored. Unknown to the store while their turn ran, they were a 404 to `GET` and `DELETE`,
+/// and a `DELETE` sent then had no effect: the response was stored when the turn ended
+/// (front round 17 F4). Bounded by the turns a gateway runs at once.
+#[derive(Default)]
+pub struct InFlight {
+    running: Mutex<std::collections::HashMap<String, Running>>,
+}
+
+struct Running {
+    /// The response as `GET` gives it while the turn runs (JSON text).
+    in_progress: String,
+    /// A `DELETE` came: the response is not stored when the turn ends.
+    deleted: bool,
+}
+
+/// What a request that names a response finds.
+pub enum Found {
+    Stored(Arc<StoredResponse>),
+    /// Its turn still runs; the in-progress response as JSON text.
+    Running(String),
+    Unknown,
+}
+
+impl InFlight {
+    /// Registers `id` as running, with `in_progress` as what `GET` answers; the registration
+    /// lasts as long as the guard, or until [`Ran::store`].
+    pub fn start(self: &Arc<Self>, id: &str, in_progress: &Value) -> Ran {
+        self.running.lock().insert(
+            id.to_string(),
+            Running {
+                in_progress: in_progress.to_string(),
+                deleted: false,
+            },
+        );
+        Ran {
+            in_flight: Arc::clone(self),
+            id: id.to_string(),
+        }
+    }
+
+    /// `id` in `store`, or running, or unknown. Looked up running first: a turn that ends
+    /// between the two looks is then in the store.
+    pub fn find(&self, store: &dyn ResponseStore, id: &str) -> Found {
+        if let Some(r) = self.running.lock().get(id).filter(|r| !r.deleted) {
+            return Found::Running(r.in_progress.clone());
+        }
+        store.get(id).map_or(Found::Unknown, Found::Stored)
+    }
+
+    /// Forgets `id`: a running response is not stored when its turn ends. Whether it was
+    /// there.
+    pub fn remove(&self, store: &dyn ResponseStore, id: &str) -> bool {
+        // Under the lock that [`Ran::store`] takes to store and unregister, so a response is
+        // either marked before it is stored or removed from the store after.
+        let mut running = self.running.lock();
+        match running.get_mut(id) {
+            Some(r) if !r.deleted => {
+                r.deleted = true;
+                true
+            }
+            Some(_) => false,
+            None => store.remove(id),
+        }
+    }
+}
+
+/// A running response's registration; dropped, it ends (a turn that failed or whose client
+/// went away is not stored).
+pub struct Ran {
+    in_flight: Arc<InFlight>,
+    id: String,
+}
+
+impl Ran {
+    /// Stores the finished response in `store` unless a `DELETE` came while it ran.
+    pub fn store(self, store: &dyn ResponseStore, response: StoredResponse) {
+        let mut running = self.in_flight.running.lock();
+        if running.remove(&self.id).is_some_and(|r| !r.deleted) {
+            store.put(&self.id, response);
+        }
+    }
+}
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        self.in_flight.running.lock().remove(&self.id);
+    }
+}
+
 /// A fresh id: `prefix` and 32 hex digits from the OS's random source.
 pub fn random_id(prefix: &str) -> String {
     format!("{prefix}{}", crate::ids::random_hex(16))
