@@ -211,8 +211,7 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
                 dispatcher.clone(),
                 body,
                 timeout,
-                "bench",
-                CancellationToken::new(),
+                code::Parent::alone("bench"),
             )
             .await;
             assert!(r.is_ok(), "{r:?}");
@@ -292,8 +291,7 @@ return await openclaw.tools.call(hits[0].id, {title: "Crash on start"});"#;
                 dispatcher.clone(),
                 body,
                 t,
-                "soak",
-                CancellationToken::new(),
+                code::Parent::alone("soak"),
             )
             .await;
             let key = match &r {

@@ -206,8 +206,7 @@ fn main() {
                 dispatcher.clone(),
                 one,
                 timeout,
-                "bench",
-                tokio_util::sync::CancellationToken::new(),
+                code::Parent::alone("bench"),
             )
             .await;
             assert!(r.is_ok(), "{r:?}");

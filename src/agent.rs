@@ -446,7 +446,12 @@ impl Agent {
             arguments,
             unreadable: None,
         };
-        let out = self.run_one(&call, self.route(name), run_id, cancel).await;
+        let parent = crate::code::Parent {
+            id: run_id,
+            cancel,
+            calls: None,
+        };
+        let out = self.run_one(&call, self.route(name), parent).await;
         (out.text, out.is_error)
     }
 
@@ -518,7 +523,7 @@ impl Agent {
             tool_choice: Some(ToolChoice::None),
             ..(*later).clone()
         });
-        let mut calls_left = options.max_tool_calls;
+        let budget = options.max_tool_calls.map(crate::code::CallBudget::new);
         // Bytes the model wrote in the turn (text and call arguments).
         let mut written = 0u64;
         let mut kept = results::ResultBytes::new(self.results.clone());
@@ -552,7 +557,7 @@ impl Agent {
             {
                 out.separate_next();
             }
-            let mut round_options = Arc::clone(if calls_left == Some(0) {
+            let mut round_options = Arc::clone(if budget.as_ref().is_some_and(|b| b.spent()) {
                 &spent
             } else if round == 1 {
                 &first
@@ -642,8 +647,7 @@ impl Agent {
                 out.end_with(std::mem::take(&mut reply.ending));
                 return Ok(out);
             }
-            let held_back =
-                self.held_back(&reply.tool_calls, &mut calls_left, options.max_tool_calls);
+            let held_back = self.held_back(&reply.tool_calls, budget.as_deref());
             let outcomes = self
                 .run_batch(
                     &reply
@@ -657,6 +661,7 @@ impl Agent {
                     &abort,
                     MAX_CONVERSATION_BYTES.saturating_sub(conversation_bytes(&messages)),
                     &mut kept,
+                    budget.as_ref(),
                 )
                 .await;
             let mut ran = outcomes.into_iter();
@@ -730,8 +735,7 @@ impl Agent {
     fn held_back(
         &self,
         calls: &[ToolCall],
-        left: &mut Option<usize>,
-        max_tool_calls: Option<usize>,
+        budget: Option<&crate::code::CallBudget>,
     ) -> Vec<Option<String>> {
         calls
             .iter()
@@ -742,20 +746,13 @@ impl Agent {
                         c.name
                     ));
                 }
-                let n = left.as_mut()?;
+                let budget = budget?;
                 let handed_back = self.client_passthrough
                     && matches!(self.route(&c.name), Route::Tool { client: true, .. });
-                if handed_back {
+                if handed_back || budget.take() {
                     return None;
                 }
-                if *n == 0 {
-                    return Some(format!(
-                        "Not run: this request allows {} tool calls (max_tool_calls), all made. Answer with what you have.",
-                        max_tool_calls.unwrap_or_default()
-                    ));
-                }
-                *n -= 1;
-                None
+                Some(budget.refusal())
             })
             .collect()
     }
@@ -843,6 +840,7 @@ impl Agent {
         abort: &CancellationToken,
         room: usize,
         kept: &mut results::ResultBytes,
+        budget: Option<&Arc<crate::code::CallBudget>>,
     ) -> Vec<Outcome> {
         let over = abort.child_token();
         let abort = &over;
@@ -872,9 +870,12 @@ impl Agent {
         if sequential {
             let mut out = Vec::with_capacity(calls.len());
             for (i, (c, route)) in calls.iter().zip(routes).enumerate() {
-                let o = self
-                    .run_in_slot(c, route, &format!("{batch_id}-{i}"), abort.clone(), None)
-                    .await;
+                let parent = crate::code::Parent {
+                    id: &format!("{batch_id}-{i}"),
+                    cancel: abort.clone(),
+                    calls: budget.cloned(),
+                };
+                let o = self.run_in_slot(c, route, parent, None).await;
                 out.push(arrived(o));
             }
             return out;
@@ -891,10 +892,14 @@ impl Agent {
             let abort = abort.clone();
             let batch = Arc::clone(&batch);
             let (grown, over) = (Arc::clone(&grown), over.clone());
+            let calls = budget.cloned();
             set.spawn(async move {
-                let o = agent
-                    .run_in_slot(&call, route, &id, abort, Some(batch))
-                    .await;
+                let parent = crate::code::Parent {
+                    id: &id,
+                    cancel: abort,
+                    calls,
+                };
+                let o = agent.run_in_slot(&call, route, parent, Some(batch)).await;
                 let len = o.text.len();
                 if grown.fetch_add(len, std::sync::atomic::Ordering::Relaxed) + len > room {
                     over.cancel();
@@ -919,13 +924,13 @@ impl Agent {
         &self,
         call: &ToolCall,
         route: Route,
-        run_id: &str,
-        abort: CancellationToken,
+        parent: crate::code::Parent<'_>,
         batch: Option<Arc<tokio::sync::Semaphore>>,
     ) -> Outcome {
         if matches!(route, Route::Tool { client: true, .. }) && self.client_passthrough {
-            return self.run_one(call, route, run_id, abort).await;
+            return self.run_one(call, route, parent).await;
         }
+        let abort = parent.cancel.clone();
         let slots = async {
             let batch = match batch {
                 Some(b) => Some(b.acquire_owned().await.ok()?),
@@ -943,7 +948,7 @@ impl Agent {
             held = slots => held,
         };
         match held {
-            Some(_held) if !abort.is_cancelled() => self.run_one(call, route, run_id, abort).await,
+            Some(_held) if !abort.is_cancelled() => self.run_one(call, route, parent).await,
             _ => Outcome::error("the turn was aborted before this call ran".into()),
         }
     }
@@ -994,8 +999,7 @@ impl Agent {
         &self,
         call: &ToolCall,
         route: Route,
-        run_id: &str,
-        abort: CancellationToken,
+        parent: crate::code::Parent<'_>,
     ) -> Outcome {
         let d = &self.dispatcher;
         let spec = match route {
@@ -1008,7 +1012,7 @@ impl Agent {
             }
             Route::Tool { id, caller, .. } => {
                 return self
-                    .dispatch(&id, call.arguments.clone(), caller, abort)
+                    .dispatch(&id, call.arguments.clone(), caller, parent.cancel)
                     .await;
             }
             Route::Failed(e) => return Outcome::error(e),
@@ -1052,8 +1056,7 @@ impl Agent {
                     Arc::clone(d),
                     code,
                     self.code_timeout,
-                    run_id,
-                    abort,
+                    parent,
                 )
                 .await;
                 let ok = result.is_ok();
@@ -1078,7 +1081,7 @@ impl Agent {
                 }
             }
             surface::TOOL_CALL => match d.tool_call_input(&call.arguments) {
-                Ok((id, args)) => self.dispatch(&id, args, "tool_call", abort).await,
+                Ok((id, args)) => self.dispatch(&id, args, "tool_call", parent.cancel).await,
                 Err(e) => Outcome::error(e.to_string()),
             },
             other => Outcome::error(format!(

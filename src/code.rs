@@ -7,7 +7,7 @@
 //! `{ok, value, logs, telemetry}`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -29,11 +29,68 @@ struct RunCounts {
     calls: AtomicU64,
 }
 
+/// The tool calls a caller still allows (the gateway's `max_tool_calls`): taken by each
+/// call of its own loop and by each catalog call of its `tool_search_code` bodies, which
+/// ran past it before (front round 18 F1: `max_tool_calls: 1` and one body ran five).
+#[derive(Debug)]
+pub struct CallBudget {
+    max: usize,
+    left: AtomicUsize,
+}
+
+impl CallBudget {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(CallBudget {
+            max,
+            left: AtomicUsize::new(max),
+        })
+    }
+
+    /// Takes one call; `false` when all are made.
+    pub fn take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    pub fn spent(&self) -> bool {
+        self.left.load(Ordering::SeqCst) == 0
+    }
+
+    /// Why a call past the budget did not run, for the model.
+    pub fn refusal(&self) -> String {
+        format!(
+            "Not run: this request allows {} tool calls (max_tool_calls), all made. Answer with what you have.",
+            self.max
+        )
+    }
+}
+
+/// Who a run is for: its id (sub-calls' ids name it), what ends it, and the tool calls its
+/// caller still allows.
+pub struct Parent<'a> {
+    pub id: &'a str,
+    pub cancel: CancellationToken,
+    pub calls: Option<Arc<CallBudget>>,
+}
+
+impl<'a> Parent<'a> {
+    /// A run of its own: never cancelled from outside, no call budget.
+    pub fn alone(id: &'a str) -> Self {
+        Parent {
+            id,
+            cancel: CancellationToken::new(),
+            calls: None,
+        }
+    }
+}
+
 /// Relays bridge calls of one run to the dispatcher.
 pub struct DispatchBridge {
     dispatcher: Arc<Dispatcher>,
     run_id: String,
     counts: RunCounts,
+    calls: Option<Arc<CallBudget>>,
 }
 
 impl Bridge for DispatchBridge {
@@ -92,6 +149,14 @@ impl Bridge for DispatchBridge {
                             message: "openclaw.tools.call(id, args) takes a string id".into(),
                         });
                     };
+                    if let Some(budget) = &self.calls
+                        && !budget.take()
+                    {
+                        return Err(BridgeFailure {
+                            code: "call-limit".into(),
+                            message: budget.refusal(),
+                        });
+                    }
                     self.counts.calls.fetch_add(1, Ordering::Relaxed);
                     let mut request = CallRequest::new(id, arg(1), "code");
                     request.parent = Some(self.run_id.clone());
@@ -162,28 +227,32 @@ pub async fn run(
         dispatcher,
         code,
         timeout,
-        parent_id,
-        CancellationToken::new(),
+        Parent::alone(parent_id),
     )
     .await
 }
 
 /// Runs `code` once a run slot of the sandbox is free (so a flood of calls waits instead
-/// of starting children), on a child from `from`; `cancel` ends the run (`cancelled`), and
-/// a run cancelled while it waits for its slot never takes a child.
+/// of starting children), on a child from `from`; `parent.cancel` ends the run
+/// (`cancelled`), and a run cancelled while it waits for its slot never takes a child.
 pub async fn run_with(
     sandbox: &Sandbox,
     from: ChildFrom<'_>,
     dispatcher: Arc<Dispatcher>,
     code: &str,
     timeout: Duration,
-    parent_id: &str,
-    cancel: CancellationToken,
+    parent: Parent<'_>,
 ) -> CodeResult {
+    let Parent {
+        id: parent_id,
+        cancel,
+        calls,
+    } = parent;
     let bridge = Arc::new(DispatchBridge {
         dispatcher: Arc::clone(&dispatcher),
         run_id: parent_id.to_string(),
         counts: RunCounts::default(),
+        calls,
     });
     dispatcher
         .log()

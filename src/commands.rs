@@ -164,8 +164,7 @@ pub fn code(
         dispatcher,
         body,
         timeout,
-        "cli",
-        CancellationToken::new(),
+        code::Parent::alone("cli"),
     ));
     Ok(Output::of(&result, report::code(&result)).failed_if(!result.is_ok()))
 }

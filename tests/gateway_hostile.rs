@@ -1718,3 +1718,59 @@ fn a_call_with_unreadable_arguments_is_answered_to_the_model() {
         );
     }
 }
+
+/// In code mode, the catalog calls of a `tool_search_code` body take from the same
+/// `max_tool_calls` as the model's own calls (front round 18 F1: `max_tool_calls: 1`, and
+/// one body ran `create_issue` five times): the body's own call takes one, its first two
+/// catalog calls the rest, and the calls past them fail with `call-limit`, run by nothing.
+#[test]
+fn max_tool_calls_bounds_the_calls_of_code_bodies_too() {
+    let code = r#"
+        const got = [];
+        for (let i = 0; i < 4; i++) {
+            try {
+                await openclaw.tools.call("openclaw:github:create_issue", {title: "t" + i});
+                got.push("ran");
+            } catch (e) {
+                got.push(e.code);
+            }
+        }
+        return got;
+    "#;
+    let (url, seen) = recording_provider(move |request| {
+        if request.to_string().contains("function_call_output") {
+            return Reply::json(200, &message("done"));
+        }
+        Reply::json(
+            200,
+            &json!({"output": [{"type": "function_call", "call_id": "c1", "name": "tool_search_code", "arguments": json!({"code": code}).to_string()}]}),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_in("code", &url, dir.path(), "max_retries = 0\n");
+    let (status, text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "hi", "max_tool_calls": 3}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let seen = seen.lock().unwrap();
+    let output = seen[1]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap()["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let result: Value = serde_json::from_str(&output).unwrap();
+    assert_eq!(
+        result["value"],
+        json!(["ran", "ran", "call-limit", "call-limit"]),
+        "{output}"
+    );
+    assert_eq!(result["telemetry"]["call_count"], 2, "{output}");
+    // Every call made: the round after is held to answering.
+    assert_eq!(seen[1]["tool_choice"], "none", "{}", seen[1]);
+}
