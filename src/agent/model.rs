@@ -162,6 +162,9 @@ pub struct ModelError {
     pub status: Option<u16>,
     pub kind: Option<String>,
     pub code: Option<String>,
+    /// The request field the provider's error names (`param`), as it named it (boxed:
+    /// the error is the `Err` of every model call, and clippy bounds its size).
+    pub param: Option<Box<str>>,
     /// The provider's `Retry-After`, as it sent it.
     pub retry_after: Option<String>,
 }

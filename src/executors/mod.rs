@@ -95,8 +95,11 @@ impl Executors {
             Some(ExecutorSpec::Client) => match &self.client {
                 Some(e) => e.run(call).await,
                 None => ToolOutput::error(
+                    // Reached through `tool_call`, a code body or the CLI: the client runs
+                    // its tools only when the model calls them by name (front round 18 F4:
+                    // "no client is connected" was said with a client connected).
                     format!(
-                        "`{}` is a client tool and no client is connected to run it",
+                        "`{0}` is a client tool: only the client runs it, when the model calls `{0}` by name, not through tool_call, code or this command",
                         call.entry.descriptor.name
                     ),
                     json!({"status": "unavailable", "source": "client"}),

@@ -67,6 +67,7 @@ fn pool_full(why: NoRoom) -> ModelError {
         kind: Some("server_error".into()),
         code: Some(ANSWERS_IN_FLIGHT_CODE.into()),
         retry_after: Some("1".into()),
+        ..ModelError::default()
     }
 }
 
@@ -317,6 +318,7 @@ impl HttpModel {
             status: Some(status.as_u16()),
             kind: field("type"),
             code: field("code"),
+            param: field("param").map(String::into_boxed_str),
             retry_after,
         }
     }

@@ -131,7 +131,13 @@ impl ApiError {
                     status,
                     kind: m.kind.clone().unwrap_or_else(|| fallback.to_string()),
                     message: e.to_string(),
-                    param: None,
+                    // The field the provider named (front round 18 F4: a 400 about
+                    // `temperature` said `param: null`), under the provider's own name.
+                    param: m
+                        .param
+                        .as_deref()
+                        .filter(|_| status.is_client_error())
+                        .map(str::to_string),
                     code: Some(m.code.clone().unwrap_or_else(|| e.code().to_string())),
                     retry_after: m.retry_after.clone(),
                     should_retry: None,
@@ -190,6 +196,7 @@ mod tests {
             status: Some(429),
             kind: Some("rate_limit_error".into()),
             code: None,
+            param: None,
             retry_after: Some("7".into()),
         });
         let e = ApiError::of_turn(&limited);
@@ -197,6 +204,16 @@ mod tests {
         assert_eq!(e.kind, "rate_limit_error");
         let response = e.into_response();
         assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+
+        // A refused request names the field the provider named.
+        let refused = TurnError::Provider(ModelError {
+            status: Some(400),
+            param: Some("temperature".into()),
+            ..ModelError::from("temperature: out of range".to_string())
+        });
+        let e = ApiError::of_turn(&refused);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.object()["param"], "temperature");
 
         let failed = TurnError::Provider(ModelError {
             status: Some(503),

@@ -93,8 +93,10 @@ fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, Provi
         Provider::OpenaiCompletions => {
             let choices = array_field(provider, obj, "choices")?
                 .ok_or_else(|| bad(provider, "the response has no `choices` array"))?;
+            // No choice is no answer, not an empty one (front round 18 F3: `choices: []`
+            // was said `completed` with no text).
             let Some(choice) = choices.iter().find(|c| is_answer_choice(c)) else {
-                return Ok(Vec::new());
+                return Err(bad(provider, "the response has no choice 0"));
             };
             let Some(message) = choice.get("message").and_then(Value::as_object) else {
                 return Err(bad(provider, "`choices[0]` has no `message` object"));
@@ -126,6 +128,7 @@ fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, Provi
             Ok(calls)
         }
         Provider::OpenaiResponses => {
+            unfinished_response(obj)?;
             let output = array_field(provider, obj, "output")?
                 .ok_or_else(|| bad(provider, "the response has no `output` array"))?;
             Ok(output
@@ -140,6 +143,14 @@ fn raw_calls(provider: Provider, response: &Value) -> Result<Vec<RawCall>, Provi
                 .collect())
         }
         Provider::Anthropic => {
+            // A whole message ends with its reason; a null one is a message still being
+            // written (a stream's `message_start`), not an answer (front round 18 F3).
+            if obj.get("stop_reason").is_some_and(Value::is_null) {
+                return Err(bad(
+                    provider,
+                    "the message's `stop_reason` is null: it did not end",
+                ));
+            }
             let content = array_field(provider, obj, "content")?
                 .ok_or_else(|| bad(provider, "the response has no `content` array"))?;
             Ok(content
@@ -231,6 +242,19 @@ fn upstream_error(obj: &Map<String, Value>) -> Result<(), ProviderError> {
     match obj.get("error") {
         None | Some(Value::Null) => Ok(()),
         Some(error) => Err(ProviderError::Upstream(error_message(error))),
+    }
+}
+
+/// A Responses object whose `status` says it has not ended well: `cancelled`, `queued`,
+/// `in_progress` or `failed` (a server that gives none is taken at its word). They were
+/// read as finished answers, and their partial or empty text said `completed` (front round
+/// 18 F2).
+fn unfinished_response(response: &Map<String, Value>) -> Result<(), ProviderError> {
+    match response.get("status").and_then(Value::as_str) {
+        None | Some("completed" | "incomplete") => Ok(()),
+        Some(status) => Err(ProviderError::Upstream(format!(
+            "the response ended with status `{status}`, not completed"
+        ))),
     }
 }
 
@@ -837,6 +861,9 @@ impl StreamAssembler {
                 Ok(())
             }
             kind if closes_responses(kind) => {
+                if let Some(response) = obj.get("response").and_then(Value::as_object) {
+                    unfinished_response(response)?;
+                }
                 if self.calls.is_empty()
                     && let Some(response) = obj.get("response")
                 {

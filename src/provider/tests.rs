@@ -1908,3 +1908,50 @@ fn calls_sharing_an_id_are_each_given_their_own() {
         .collect();
     assert_eq!(got, [("a", "c"), ("b", "c_2")]);
 }
+
+/// An answer that does not say it ended is no answer (front round 18 F2, F3): a Responses
+/// object `cancelled`, `queued` or `in_progress` (whole, or closing a stream), a Chat answer
+/// with no choice, an Anthropic message whose `stop_reason` is null. Each was read as a
+/// finished, empty or partial answer.
+#[test]
+fn answers_that_did_not_end_are_errors() {
+    for status in ["cancelled", "queued", "in_progress", "failed"] {
+        let whole = json!({"status": status, "output": []});
+        let e = tool_calls(Provider::OpenaiResponses, &whole).unwrap_err();
+        assert!(e.to_string().contains(status), "{e}");
+        let event = json!({"type": "response.completed", "response": whole});
+        let sse = format!("data: {event}\n\n");
+        let e = assemble(Provider::OpenaiResponses, &sse).unwrap_err();
+        assert!(e.to_string().contains(status), "{e}");
+    }
+    for status in ["completed", "incomplete"] {
+        let whole = json!({"status": status, "output": []});
+        assert!(
+            tool_calls(Provider::OpenaiResponses, &whole)
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // A server that gives no status is taken at its word.
+    assert!(
+        tool_calls(Provider::OpenaiResponses, &json!({"output": []}))
+            .unwrap()
+            .is_empty()
+    );
+    let e = tool_calls(Provider::OpenaiCompletions, &json!({"choices": []})).unwrap_err();
+    assert!(e.to_string().contains("no choice"), "{e}");
+    let e = tool_calls(
+        Provider::Anthropic,
+        &json!({"content": [{"type": "text", "text": "half"}], "stop_reason": null}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("stop_reason"), "{e}");
+    assert!(
+        tool_calls(
+            Provider::Anthropic,
+            &json!({"content": [{"type": "text", "text": "whole"}], "stop_reason": "end_turn"}),
+        )
+        .unwrap()
+        .is_empty()
+    );
+}
