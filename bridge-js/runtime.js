@@ -79,7 +79,12 @@ function wellFormed(key, value) {
 // the loop finishes what it began. A child that writes faster than the parent reads waits
 // here, instead of queueing without bound. A channel that fails means the parent is gone.
 function send(frame) {
-  const out = Buffer.from(JSONStringify(frame, wellFormed) + '\n', 'utf8');
+  sendText(JSONStringify(frame, wellFormed));
+}
+
+// A frame already written as JSON text (see json()).
+function sendText(text) {
+  const out = Buffer.from(text + '\n', 'utf8');
   let done = 0;
   while (done < out.length) {
     try {
@@ -115,6 +120,14 @@ const TOO_DEEP = 'the stack is too deep to call the host here: call it from a sh
 // What the parent counts: UTF-8 bytes, not UTF-16 units.
 function bytes(text) {
   return Buffer.byteLength(text, 'utf8');
+}
+
+// A value as the frame will carry it. The guest's JSON text is parsed here and written
+// again, and the two need not be the same size: the guest's JSON.rawJSON('1e20') is 4
+// bytes and 21 once written here (review 23 F1). Bounds are checked on this text, the
+// one that is sent, so a value within them is never a frame the parent must refuse.
+function json(value) {
+  return JSONStringify(value, wellFormed);
 }
 
 // The parent's JSON parser refuses values nested deeper than 128; refuse them here first,
@@ -516,10 +529,12 @@ function hostCall(kind, a, b, c) {
       if (bridgeCalls >= limits.maxBridgeCalls) return 'at most ' + limits.maxBridgeCalls + ' bridge calls per run';
       const args = JSONParse(b);
       if (tooDeep(args)) return 'bridge arguments are nested more than ' + MAX_DEPTH + ' levels deep';
+      const argsText = json(args);
+      if (bytes(argsText) > limits.maxArgBytes) return 'bridge arguments exceed ' + limits.maxArgBytes + ' bytes (' + bytes(argsText) + ' as sent)';
       // The id is taken and the call counted once the frame is out; a failed send
       // returns nothing, so the guest is told it failed exactly when it was not sent.
       const id = nextId;
-      send({ type: 'bridge', id: id, method: a, args: args });
+      sendText('{"type":"bridge","id":' + id + ',"method":' + json(a) + ',"args":' + argsText + '}');
       nextId += 1;
       bridgeCalls += 1;
       return id;
@@ -536,8 +551,14 @@ function hostCall(kind, a, b, c) {
       const value = JSONParse(a);
       if (tooDeep(value)) {
         send({ type: 'result', ok: false, error: { code: 'code-error', message: 'the return value is nested more than ' + MAX_DEPTH + ' levels deep' } });
+        return undefined;
+      }
+      const valueText = json(value);
+      const sent = bytes(valueText);
+      if (sent > limits.maxResultBytes) {
+        send({ type: 'result', ok: false, error: { code: 'output-too-large', message: 'the return value is ' + sent + ' bytes of JSON as sent; the limit is ' + limits.maxResultBytes } });
       } else {
-        send({ type: 'result', ok: true, value: value });
+        sendText('{"type":"result","ok":true,"value":' + valueText + '}');
       }
       return undefined;
     }

@@ -1082,6 +1082,45 @@ fn vm_the_guest_cannot_choose_how_its_result_is_read() {
     });
 }
 
+/// The child's bounds hold on the text it sends, not on the guest's: Node 24's
+/// `JSON.rawJSON('1e20')` is 4 bytes in the guest's JSON and 21 once the outer side writes
+/// it again, so 60 KB of arguments went out as a 264 KB frame and 950 KB of result as
+/// 2.3 MB, and the parent ended both runs as `protocol` (review 23 F1). The call is now
+/// refused to the guest, and the result is `output-too-large`. (Node 20 has no `rawJSON`:
+/// both bodies say so and pass.)
+#[test]
+fn vm_bounds_are_checked_on_the_text_that_is_sent() {
+    each_node(|case| {
+        let call = r#"
+            if (typeof JSON.rawJSON !== 'function') return 'refused: no rawJSON';
+            const big = Array(12000).fill(JSON.rawJSON('1e20'));
+            try {
+                await openclaw.tools.call('anything', {big});
+                return 'sent';
+            } catch (e) {
+                return 'refused: ' + e.message;
+            }
+        "#;
+        let run = case.code(call, RUN_MS);
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
+        let value = run.json["value"].as_str().unwrap_or_default();
+        assert!(value.starts_with("refused: "), "{}", run.stdout);
+
+        let result = r#"
+            if (typeof JSON.rawJSON !== 'function') throw new Error('no rawJSON');
+            return Array(190000).fill(JSON.rawJSON('1e20'));
+        "#;
+        let run = case.code(result, RUN_MS);
+        case.assert_contained(&run);
+        if run.stdout.contains("no rawJSON") {
+            run.assert_error(&["code-error"]);
+        } else {
+            run.assert_error(&["output-too-large"]);
+        }
+    });
+}
+
 /// Node's promise-rejection tracking is not run on the guest's promises: with a Proxy in
 /// the guest's `Promise.prototype` chain that answers Node's async-id symbol with junk, the
 /// child used to crash ("async hook stack has become corrupted", with host paths in the
