@@ -307,7 +307,12 @@ impl McpHost {
             while catalog.changed().await.is_ok() {
                 let latest = Arc::clone(&catalog.borrow_and_update());
                 let Some(host) = host.upgrade() else { return };
-                match build(&host.parts, &latest) {
+                // Off the runtime's workers, as the catalog's build is (review 23 F2).
+                let building = Arc::clone(&host);
+                let next = tokio::task::spawn_blocking(move || build(&building.parts, &latest))
+                    .await
+                    .unwrap_or_else(|e| Err(crate::error::Error::Unavailable(e.to_string())));
+                match next {
                     Ok(next) => {
                         let changed = {
                             let mut cur = host.current.write();

@@ -516,9 +516,21 @@ mode = "tools"
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(found.contains("LATE_TOOL_OK"), "{found}");
-    // SIGTERM stops the server and its upstream servers with it.
+    // The upstream connections run on a thread of their own, not on the host's workers,
+    // whose timers end sandbox runs (review 23 F2: decoding a 10,000-tool server's
+    // listings after each list_changed held a 1 s deadline up by seconds).
     let mut serve = serve;
     let pid = serve.0.id();
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default())
+        .collect();
+    assert!(
+        threads.iter().any(|t| t.trim() == "mcp-upstream"),
+        "{threads:?}"
+    );
+    // SIGTERM stops the server and its upstream servers with it.
     assert!(!children_of(pid).is_empty());
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])

@@ -195,13 +195,26 @@ impl Sources {
                     let Some(sources) = sources.upgrade() else {
                         return;
                     };
-                    match sources.build() {
-                        Ok(c) => {
-                            // Only long-lived hosts follow changes: they search again soon.
-                            c.warm();
+                    // A build (the plan, every schema, the index) takes seconds for a
+                    // server of 10,000 tools: on a blocking thread, since on one of the
+                    // runtime's workers it held every run's deadline up as long (review 23
+                    // F2: a 1 s deadline kept 4.5 s). Changes that come meanwhile make one
+                    // build after it, of the newest list.
+                    let built = tokio::task::spawn_blocking(move || {
+                        let c = sources.build()?;
+                        // Only long-lived hosts follow changes: they search again soon.
+                        c.warm();
+                        Ok::<_, crate::error::Error>(c)
+                    })
+                    .await;
+                    match built {
+                        Ok(Ok(c)) => {
                             if tx.send(Arc::new(c)).is_err() {
                                 return;
                             }
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!("catalog not rebuilt after an upstream change: {e}")
                         }
                         Err(e) => {
                             tracing::warn!("catalog not rebuilt after an upstream change: {e}")

@@ -120,10 +120,53 @@ impl ClientHandler for Handler {
     }
 }
 
+/// The runtime the upstream servers' connections run on, apart from the host's own.
+///
+/// Their traffic is theirs to size: rmcp decodes each message where its connection runs,
+/// and a server of 10,000 tools that says `list_changed` every 100 ms sends 10 MB to
+/// decode each time. On the host's two workers that decoding held every sandbox run's
+/// deadline up by up to 0.7 s (review 23 F2), after the rebuilds had moved to blocking
+/// threads. Here it takes one thread of its own; the host's calls reach it through rmcp's
+/// channels, which work across runtimes. Without a thread to spare, the host's runtime.
+fn upstream_runtime() -> tokio::runtime::Handle {
+    static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
+        std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("mcp-upstream")
+                .enable_all()
+                .build()
+                .map_err(|e| {
+                    tracing::warn!("mcp: no runtime of their own for upstream servers ({e})")
+                })
+                .ok()
+        })
+        .as_ref()
+        .map_or_else(tokio::runtime::Handle::current, |r| r.handle().clone())
+}
+
 impl Hub {
     /// Starts every server and waits until each is up or has failed (none waits longer
-    /// than its own startup timeout). Needs a tokio runtime that outlives the hub.
+    /// than its own startup timeout). Their connections run on [`upstream_runtime`].
     pub async fn start(config: &McpConfig) -> Arc<Hub> {
+        if config.servers.is_empty() {
+            return Hub::start_here(config).await;
+        }
+        let owned = config.clone();
+        match upstream_runtime()
+            .spawn(async move { Hub::start_here(&owned).await })
+            .await
+        {
+            Ok(hub) => hub,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled only when its runtime shuts down, which the static one never does.
+            Err(_) => Hub::start_here(config).await,
+        }
+    }
+
+    async fn start_here(config: &McpConfig) -> Arc<Hub> {
         let (events, mut incoming) = mpsc::unbounded_channel::<String>();
         let servers: BTreeMap<String, Arc<Upstream>> = config
             .servers
@@ -484,7 +527,14 @@ impl Upstream {
         let timeout = Duration::from_millis(self.config.startup_timeout_ms);
         match tokio::time::timeout(timeout, list_all(&peer)).await {
             Ok(Ok(tools)) => {
-                let (tools, skipped) = mcp_server_tools(self.name(), tools);
+                // Each schema's cost is checked: seconds for 10,000 tools, kept off the
+                // runtime's workers (review 23 F2).
+                let name = self.name().to_string();
+                let Ok((tools, skipped)) =
+                    tokio::task::spawn_blocking(move || mcp_server_tools(&name, tools)).await
+                else {
+                    return;
+                };
                 if let State::Up {
                     tools: t,
                     skipped: s,
@@ -613,11 +663,22 @@ async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
             .list_tools(Some(params))
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
-        for t in page.tools {
-            let value = serde_json::to_value(&t).map_err(|e| e.to_string())?;
-            bytes += serde_json::to_vec(&value).map_or(0, |v| v.len());
-            tools.push(value);
-        }
+        // A page may hold thousands of tools and megabytes: written as values off the
+        // runtime's workers (review 23 F2).
+        let (values, page_bytes) = tokio::task::spawn_blocking(move || {
+            let mut values = Vec::with_capacity(page.tools.len());
+            let mut bytes = 0usize;
+            for t in page.tools {
+                let value = serde_json::to_value(&t).map_err(|e| e.to_string())?;
+                bytes += serde_json::to_vec(&value).map_or(0, |v| v.len());
+                values.push(value);
+            }
+            Ok::<_, String>((values, bytes))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        bytes += page_bytes;
+        tools.extend(values);
         if bytes > limits::MAX_LISTING_BYTES {
             return Err(format!(
                 "listed more than {} MiB of tools; refused",
