@@ -18,6 +18,8 @@ pub mod stderr;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -248,23 +250,19 @@ impl SessionLog {
         // Operators `tail -f` it: no raw control a terminal acts on.
         let mut bytes = crate::shown::json_for_terminal(line.to_string()).into_bytes();
         bytes.push(b'\n');
+        let Some(path) = &self.path else { return };
         let mut file = file.lock();
-        if let (Some(f), Some(path)) = (file.as_ref(), &self.path)
-            && f.metadata()
-                .is_ok_and(|m| m.len() > 0 && m.len() + bytes.len() as u64 > MAX_LOG_FILE_BYTES)
-        {
-            // Whoever else appends to it (another process of this session) reopens it
-            // at its own next event past the bound; its lines meanwhile go to the old file.
-            let _ = std::fs::rename(path, old_log(path));
-            *file = None;
+        if file.is_none() {
+            *file = open_logged(path);
         }
-        if file.is_none()
-            && let Some(path) = &self.path
+        if file
+            .as_ref()
+            .is_some_and(|f| outgrown(f, bytes.len() as u64))
         {
-            match crate::cache::open_append(path) {
-                Ok(f) => *file = Some(f),
-                Err(e) => tracing::error!("session log {}: cannot open: {e}", path.display()),
+            if let Err(e) = rotate(path, bytes.len() as u64) {
+                tracing::error!("session log {}: cannot rotate: {e}", path.display());
             }
+            *file = open_logged(path);
         }
         if let Some(f) = file.as_mut()
             && let Err(e) = f.write_all(&bytes)
@@ -275,10 +273,105 @@ impl SessionLog {
 }
 
 /// The most a session log grows to: then it becomes its `~old` file (replacing the one
-/// before) and a new one begins, so one session's log takes at most twice this. A
-/// long-lived `mcp serve` logs every request of every client to one session (one client
-/// grew it 1.7 GB an hour, front round 7), and nothing else bounds a single log.
+/// before) and a new one begins, so one session's log takes at most twice this, however
+/// many processes write it. A long-lived `mcp serve` logs every request of every client
+/// to one session (one client grew it 1.7 GB an hour, front round 7), and nothing else
+/// bounds a single log.
 pub const MAX_LOG_FILE_BYTES: u64 = 64 << 20;
+
+/// Opens the log at `path` for appending; a failure is reported and the event not written.
+fn open_logged(path: &Path) -> Option<File> {
+    crate::cache::open_append(path)
+        .map_err(|e| tracing::error!("session log {}: cannot open: {e}", path.display()))
+        .ok()
+}
+
+/// Whether a writer holding `file` must look again at its log before writing `extra`
+/// bytes: they would take it past the bound, or it is in the log no more (another writer
+/// rotated it away twice, or pruning removed it, and lines written to it would reach no
+/// one). A file another writer rotated once is still kept, as `~old`: a line that fits
+/// goes there, and the first that does not moves to the new file.
+fn outgrown(file: &File, extra: u64) -> bool {
+    file.metadata()
+        .is_ok_and(|m| m.nlink() == 0 || (m.len() > 0 && m.len() + extra > MAX_LOG_FILE_BYTES))
+}
+
+/// Sets the log at `path` aside as its `~old` file if `extra` more bytes would take it past
+/// the bound.
+///
+/// Every writer of one log (processes of one `--session`, gateway sessions sharing a file)
+/// reaches this at once when the log fills, each holding the full file. Were each to rename
+/// on the word of its own handle, the second would move the first one's new file over the
+/// generation just set aside, and that generation would be gone (222,205 records, review).
+/// So the decision is taken by one writer at a time, under the lock of the file the name
+/// holds now, and on that file's size: to a writer whose handle another has rotated away,
+/// the new file has room, and it only reopens.
+fn rotate(path: &Path, extra: u64) -> std::io::Result<()> {
+    let current = Locked::current(path)?;
+    let m = current.0.metadata()?;
+    if m.len() > 0 && m.len() + extra > MAX_LOG_FILE_BYTES {
+        std::fs::rename(path, old_log(path))?;
+    }
+    Ok(())
+}
+
+/// The file a log's name holds, under an exclusive `flock` until dropped.
+struct Locked(File);
+
+/// Attempts at [`Locked::current`]: each failed one means another writer filled and
+/// rotated a whole generation meanwhile.
+const LOCK_ATTEMPTS: usize = 8;
+
+impl Locked {
+    /// Locks the file at `path`. The lock belongs to a file, not to its name, and another
+    /// writer may rename the file between the open and the lock: then the one locked is
+    /// no longer the log, and the one that replaced it is tried.
+    fn current(path: &Path) -> std::io::Result<Locked> {
+        for _ in 0..LOCK_ATTEMPTS {
+            let locked = Locked::new(crate::cache::open_append(path)?)?;
+            let held = locked.0.metadata()?;
+            if std::fs::symlink_metadata(path)
+                .is_ok_and(|named| (named.dev(), named.ino()) == (held.dev(), held.ino()))
+            {
+                return Ok(locked);
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "its file was replaced at each of {LOCK_ATTEMPTS} attempts to lock it"
+        )))
+    }
+
+    fn new(file: File) -> std::io::Result<Locked> {
+        flock(&file, libc::LOCK_EX)?;
+        Ok(Locked(file))
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // Closing the file releases the lock too, but not while a child forked meanwhile
+        // still holds a copy of the descriptor; a failed unlock leaves that to the close.
+        let _ = flock(&self.0, libc::LOCK_UN);
+    }
+}
+
+/// `flock(2)` on `file`, waiting for the lock and retried when a signal interrupts it.
+/// Locks of two descriptors of one file exclude each other within a process too, so two
+/// logs of one file in a gateway take turns as two processes do. (Through libc: our
+/// `nix` is built without its `fs` feature, and `File::lock` is newer than our
+/// `rust-version`.)
+fn flock(file: &File, operation: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock reads only the descriptor, which `file` keeps open for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
 
 /// `NAME.jsonl`'s older half, `NAME~old.jsonl`: a name no key's log has (a plain key's
 /// name has no `~`, a hashed one 32 hex digits after it), and a `.jsonl`, so pruning
@@ -506,6 +599,118 @@ mod tests {
         assert!(!session_file_name("long~old").contains("~old.jsonl"));
         // Pruning sees the older half as a log of its own.
         assert_eq!(prune_sessions(dir.path(), 1, u64::MAX), 1);
+    }
+
+    /// Makes the log at `path` `len` bytes long without writing them (a sparse file): a
+    /// generation just short of the bound, for the price of a few lines.
+    fn grow_to(path: &Path, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
+    /// The `id`s of the events in the log at `path`, in order.
+    fn ids_in(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let event = serde_json::from_str::<Value>(l).unwrap();
+                event["id"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    /// Two writers of one log (two processes of one `--session`, or two gateway sessions
+    /// sharing a file): the first past the bound sets the full generation aside, and the
+    /// second, whose handle still names that generation, appends to the new file instead
+    /// of rotating again (it renamed the new file over the older one, and a whole
+    /// generation, 222,205 records, was gone).
+    #[test]
+    fn a_second_writer_does_not_rotate_away_the_generation_the_first_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = SessionLog::open(dir.path(), "shared").unwrap();
+        let b = SessionLog::open(dir.path(), "shared").unwrap();
+        let path = a.path().unwrap().to_path_buf();
+        let old = path.with_file_name("shared~old.jsonl");
+        grow_to(&path, MAX_LOG_FILE_BYTES - 10);
+        a.event("call", json!({"id": "a1"}));
+        b.event("call", json!({"id": "b1"}));
+        assert_eq!(
+            std::fs::metadata(&old).unwrap().len(),
+            MAX_LOG_FILE_BYTES - 10,
+            "the generation set aside was replaced"
+        );
+        assert_eq!(ids_in(&path), ["a1", "b1"]);
+    }
+
+    /// A writer whose file went out of the log entirely (rotated away twice by another,
+    /// or pruned) finds the current file at its next event: its lines went to a file no
+    /// name reached.
+    #[test]
+    fn a_writer_whose_file_was_rotated_away_twice_appends_to_the_current_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = SessionLog::open(dir.path(), "shared").unwrap();
+        let b = SessionLog::open(dir.path(), "shared").unwrap();
+        let path = a.path().unwrap().to_path_buf();
+        let pad = "x".repeat(2000);
+        grow_to(&path, MAX_LOG_FILE_BYTES - 1000);
+        a.event("call", json!({"id": "a1", "pad": pad}));
+        // Still within the bound: b's line goes to the file it holds, now the older one.
+        b.event("call", json!({"id": "b1"}));
+        grow_to(&path, MAX_LOG_FILE_BYTES - 1000);
+        a.event("call", json!({"id": "a2", "pad": pad}));
+        b.event("call", json!({"id": "b2"}));
+        assert_eq!(ids_in(&path), ["a2", "b2"]);
+        let old = path.with_file_name("shared~old.jsonl");
+        assert_eq!(
+            std::fs::metadata(&old).unwrap().len(),
+            MAX_LOG_FILE_BYTES - 1000
+        );
+    }
+
+    /// A writer that reaches the bound while another is setting the log aside waits for
+    /// it, then finds the name holds another file and leaves it be.
+    #[test]
+    fn a_writer_waits_for_a_rotation_under_way_and_does_not_repeat_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = SessionLog::open(dir.path(), "shared").unwrap();
+        let b = SessionLog::open(dir.path(), "shared").unwrap();
+        let path = a.path().unwrap().to_path_buf();
+        let old = path.with_file_name("shared~old.jsonl");
+        grow_to(&path, MAX_LOG_FILE_BYTES - 10);
+        std::thread::scope(|scope| {
+            // The rotation under way, as `a` would make it.
+            let rotating = Locked::current(&path).unwrap();
+            let waiting = scope.spawn(|| b.event("call", json!({"id": "b1"})));
+            std::fs::rename(&path, &old).unwrap();
+            drop(rotating);
+            waiting.join().unwrap();
+        });
+        a.event("call", json!({"id": "a1"}));
+        assert_eq!(
+            std::fs::metadata(&old).unwrap().len(),
+            MAX_LOG_FILE_BYTES - 10
+        );
+        assert_eq!(ids_in(&path), ["b1", "a1"]);
+    }
+
+    /// `flock` locks of two descriptors of one file exclude each other within a process
+    /// (`fcntl` locks would not): two logs of one file in a gateway take turns too.
+    #[test]
+    fn the_rotation_lock_excludes_another_descriptor_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SessionLog::open(dir.path(), "locked").unwrap();
+        let path = log.path().unwrap();
+        let held = Locked::current(path).unwrap();
+        let other = crate::cache::open_append(path).unwrap();
+        let refused = flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::WouldBlock);
+        drop(held);
+        flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap();
     }
 
     #[test]
