@@ -256,7 +256,7 @@ impl HttpModel {
                 return Ok(response);
             }
             if (status.as_u16() == 429 || status.is_server_error()) && attempt < self.retries {
-                let retry_after = header(&response, "retry-after").and_then(|v| v.parse().ok());
+                let retry_after = header(&response, "retry-after").and_then(|v| retry_after_s(&v));
                 attempt += 1;
                 tokio::time::sleep(backoff(attempt, retry_after)).await;
                 continue;
@@ -779,6 +779,19 @@ fn split_lines(bytes: bytes::Bytes) -> Vec<bytes::Bytes> {
     pieces
 }
 
+/// A `Retry-After` in seconds: a number of them, or an HTTP date (front round 18 F4: a
+/// date was not read, and the gateway asked again at once).
+fn retry_after_s(value: &str) -> Option<u64> {
+    let value = value.trim();
+    value.parse().ok().or_else(|| {
+        let at = httpdate::parse_http_date(value).ok()?;
+        Some(
+            at.duration_since(std::time::SystemTime::now())
+                .map_or(0, |d| d.as_secs_f64().ceil() as u64),
+        )
+    })
+}
+
 /// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.
 fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
     let ms = retry_after_s
@@ -812,6 +825,16 @@ fn without_url(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        assert_eq!(retry_after_s(" 7 "), Some(7));
+        let soon = std::time::SystemTime::now() + Duration::from_secs(30);
+        let said = retry_after_s(&httpdate::fmt_http_date(soon)).unwrap();
+        assert!((29..=31).contains(&said), "{said}");
+        assert_eq!(retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0));
+        assert_eq!(retry_after_s("soon"), None);
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {
