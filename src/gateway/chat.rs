@@ -505,6 +505,8 @@ fn usage(outcome: &TurnOutcome) -> Value {
             "prompt_tokens": u.input_tokens,
             "completion_tokens": u.output_tokens,
             "total_tokens": u.total(),
+            "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         })
     })
 }

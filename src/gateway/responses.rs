@@ -676,9 +676,9 @@ impl Answer {
             if let Some(u) = outcome.usage {
                 body["usage"] = json!({
                     "input_tokens": u.input_tokens,
-                    "input_tokens_details": {"cached_tokens": 0},
+                    "input_tokens_details": {"cached_tokens": u.cached_tokens},
                     "output_tokens": u.output_tokens,
-                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
                     "total_tokens": u.total(),
                 });
             }

@@ -1456,13 +1456,22 @@ impl StreamText {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of the input, tokens read from the provider's prompt cache (OpenAI's
+    /// `cached_tokens`, Anthropic's `cache_read_input_tokens`, Gemini's
+    /// `cachedContentTokenCount`).
+    pub cached_tokens: u64,
+    /// Of the output, tokens of the model's reasoning (OpenAI's `reasoning_tokens`,
+    /// Gemini's `thoughtsTokenCount`; Anthropic counts none apart).
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
-    /// Both counts added; a provider's absurd count saturates instead of wrapping.
+    /// Every count added; a provider's absurd count saturates instead of wrapping.
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
     }
 
     /// Input and output together, saturating.
@@ -1493,6 +1502,8 @@ pub fn usage(provider: Provider, response: &Value) -> Option<Usage> {
 pub struct StreamUsage {
     input: Option<u64>,
     output: Option<u64>,
+    cached: Option<u64>,
+    reasoning: Option<u64>,
 }
 
 impl StreamUsage {
@@ -1523,23 +1534,50 @@ impl StreamUsage {
 
     fn observe_counts(&mut self, provider: Provider, counts: &Value) {
         let n = |key: &str| counts.get(key).and_then(Value::as_u64);
-        let (input, output) = match provider {
-            Provider::OpenaiCompletions => (n("prompt_tokens"), n("completion_tokens")),
-            Provider::OpenaiResponses => (n("input_tokens"), n("output_tokens")),
+        let at = |pointer: &str| counts.pointer(pointer).and_then(Value::as_u64);
+        let (input, output, cached, reasoning) = match provider {
+            Provider::OpenaiCompletions => (
+                n("prompt_tokens"),
+                n("completion_tokens"),
+                at("/prompt_tokens_details/cached_tokens"),
+                at("/completion_tokens_details/reasoning_tokens"),
+            ),
+            Provider::OpenaiResponses => (
+                n("input_tokens"),
+                n("output_tokens"),
+                at("/input_tokens_details/cached_tokens"),
+                at("/output_tokens_details/reasoning_tokens"),
+            ),
             Provider::Anthropic => {
                 let input = n("input_tokens").map(|i| {
                     i.saturating_add(n("cache_creation_input_tokens").unwrap_or(0))
                         .saturating_add(n("cache_read_input_tokens").unwrap_or(0))
                 });
-                (input, n("output_tokens"))
+                (
+                    input,
+                    n("output_tokens"),
+                    n("cache_read_input_tokens"),
+                    None,
+                )
             }
-            Provider::Google => (n("promptTokenCount"), n("candidatesTokenCount")),
+            Provider::Google => (
+                n("promptTokenCount"),
+                n("candidatesTokenCount"),
+                n("cachedContentTokenCount"),
+                n("thoughtsTokenCount"),
+            ),
         };
-        if input.is_some() {
-            self.input = input;
-        }
-        if output.is_some() {
-            self.output = output;
+        // A stream may say a count more than once (Anthropic's start and its last delta):
+        // the latest stands.
+        for (seen, now) in [
+            (&mut self.input, input),
+            (&mut self.output, output),
+            (&mut self.cached, cached),
+            (&mut self.reasoning, reasoning),
+        ] {
+            if now.is_some() {
+                *seen = now;
+            }
         }
     }
 
@@ -1548,6 +1586,8 @@ impl StreamUsage {
         (self.input.is_some() || self.output.is_some()).then(|| Usage {
             input_tokens: self.input.unwrap_or(0),
             output_tokens: self.output.unwrap_or(0),
+            cached_tokens: self.cached.unwrap_or(0),
+            reasoning_tokens: self.reasoning.unwrap_or(0),
         })
     }
 }

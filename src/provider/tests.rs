@@ -1547,6 +1547,7 @@ fn usage_is_read_from_every_shape_whole_and_streamed() {
         Some(Usage {
             input_tokens: i,
             output_tokens: o,
+            ..Usage::default()
         })
     };
     assert_eq!(
@@ -1568,7 +1569,10 @@ fn usage_is_read_from_every_shape_whole_and_streamed() {
             Provider::Anthropic,
             &json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 10, "output_tokens": 2}})
         ),
-        u(15, 2)
+        Some(Usage {
+            cached_tokens: 10,
+            ..u(15, 2).unwrap()
+        })
     );
     assert_eq!(
         usage(Provider::OpenaiResponses, &json!({"output": []})),
@@ -1849,10 +1853,12 @@ fn token_counts_saturate() {
     let mut u = Usage {
         input_tokens: u64::MAX,
         output_tokens: 5,
+        ..Usage::default()
     };
     u.add(Usage {
         input_tokens: 7,
         output_tokens: 1,
+        ..Usage::default()
     });
     assert_eq!(
         (u.input_tokens, u.output_tokens, u.total()),
@@ -1954,4 +1960,54 @@ fn answers_that_did_not_end_are_errors() {
         .unwrap()
         .is_empty()
     );
+}
+
+/// Cached input and reasoning output are read from each provider's shape, whole and
+/// streamed, and summed over rounds (they were always 0).
+#[test]
+fn cached_and_reasoning_tokens_are_read_and_summed() {
+    use super::normalize::{StreamUsage, Usage, usage};
+    let parts = |u: Option<Usage>| u.map(|u| (u.cached_tokens, u.reasoning_tokens));
+    assert_eq!(
+        parts(usage(
+            Provider::OpenaiCompletions,
+            &json!({"usage": {"prompt_tokens": 50, "completion_tokens": 20,
+                "prompt_tokens_details": {"cached_tokens": 30},
+                "completion_tokens_details": {"reasoning_tokens": 12}}})
+        )),
+        Some((30, 12))
+    );
+    assert_eq!(
+        parts(usage(
+            Provider::OpenaiResponses,
+            &json!({"usage": {"input_tokens": 50, "output_tokens": 20,
+                "input_tokens_details": {"cached_tokens": 31},
+                "output_tokens_details": {"reasoning_tokens": 13}}})
+        )),
+        Some((31, 13))
+    );
+    assert_eq!(
+        parts(usage(
+            Provider::Anthropic,
+            &json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 40, "output_tokens": 2}})
+        )),
+        Some((40, 0))
+    );
+    let mut streamed = StreamUsage::default();
+    streamed.observe(
+        Provider::Anthropic,
+        &json!({"type": "message_start", "message": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 7, "output_tokens": 1}}}),
+    );
+    streamed.observe(
+        Provider::Anthropic,
+        &json!({"type": "message_delta", "usage": {"output_tokens": 9}}),
+    );
+    let round = streamed.finish().unwrap();
+    assert_eq!(
+        (round.input_tokens, round.cached_tokens, round.output_tokens),
+        (12, 7, 9)
+    );
+    let mut turn = round;
+    turn.add(round);
+    assert_eq!((turn.cached_tokens, turn.reasoning_tokens), (14, 0));
 }
