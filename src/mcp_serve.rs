@@ -349,7 +349,7 @@ impl McpHost {
 
     /// Serves one client on stdin/stdout until it closes them.
     pub async fn serve_stdio(self: Arc<Self>) -> Result<()> {
-        let running = Handler(self)
+        let running = Handler::new(self)
             .serve({
                 let in_flight = stdio::InFlight::new();
                 (
@@ -374,7 +374,7 @@ impl McpHost {
         let host = Arc::clone(&self);
         let bounded = Arc::new(sessions::Bounded::new(sessions::MAX_SESSIONS));
         let service = StreamableHttpService::new(
-            move || Ok(Handler(Arc::clone(&host))),
+            move || Ok(Handler::new(Arc::clone(&host))),
             Arc::clone(&bounded),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
@@ -451,8 +451,16 @@ fn build(parts: &ServeParts, catalog: &Arc<Catalog>) -> Result<Current> {
     })
 }
 
+/// One client session's handler: the host, and whether the session's peer is among
+/// those told of tool changes.
 #[derive(Clone)]
-struct Handler(Arc<McpHost>);
+struct Handler(Arc<McpHost>, Arc<std::sync::atomic::AtomicBool>);
+
+impl Handler {
+    fn new(host: Arc<McpHost>) -> Self {
+        Handler(host, Arc::default())
+    }
+}
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
@@ -490,6 +498,12 @@ impl ServerHandler for Handler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A session is told of changes once, however often its client says `initialized`:
+        // each repeat was an entry more, scanned by every later one (80,000 repeats held
+        // the server 7 s) and sent its own `list_changed` at every change (review 24 F1).
+        if self.1.swap(true, Ordering::Relaxed) {
+            return;
+        }
         let mut peers = self.0.peers.lock();
         // Closed sessions go here too, so a long-lived server whose catalog never changes
         // does not keep one entry per session it ever had.

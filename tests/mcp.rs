@@ -1193,3 +1193,104 @@ fn a_call_given_up_on_is_cancelled_at_the_server() {
         "no cancellation for {called}: {lines}"
     );
 }
+
+/// A client that says `notifications/initialized` again and again is told of a tool change
+/// once: each repeat was an entry more among the peers told (quadratic work, and one
+/// `list_changed` per repeat at every change: review 24 F1).
+#[test]
+fn a_repeated_initialized_notification_is_one_peer() {
+    // Only the changing server, in direct mode: its tools are the surface's, so a new
+    // one changes the list the clients are told of.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[catalog]
+paths = []
+
+[mcp.servers.dynamic]
+command = "node"
+args = ["{}"]
+
+[tools]
+toolSearch = false
+"#,
+            mcp_dir().join("dynamic-server.mjs").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["mcp", "serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "repeats", "version": "1"}}}),
+    );
+    let initialized = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    for _ in 0..50 {
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let listed = loop {
+        let v = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+        if v["id"] == 2 {
+            break v;
+        }
+    };
+    let add = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .find(|n| n.contains("add_tool"))
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_string();
+    send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": add, "arguments": {"name": "late_tool"}}}),
+    );
+    // The change's notifications come together once the catalog is rebuilt; a second
+    // after the first, none is still on its way.
+    let mut changed = 0;
+    let mut first_at = None;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60)
+        && first_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_secs(1))
+    {
+        let Ok(v) = lines.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        if v["method"] == "notifications/tools/list_changed" {
+            changed += 1;
+            first_at.get_or_insert_with(Instant::now);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(changed, 1);
+}
