@@ -291,6 +291,37 @@ fn a_rate_limit_stays_429_with_retry_after_streamed_or_not_and_from_anthropic() 
     });
 }
 
+/// A provider that asks for a longer wait than the gateway gives one (5 s) is not asked
+/// again early: its 429 and `Retry-After` go to the client at once, streamed or not. The
+/// gateway retried after 5 s when told 10, three times, and a streamed client got a 200
+/// stream that failed after 15 s instead of the 429 its SDK obeys (front round 19 F1).
+#[test]
+fn a_provider_that_asks_for_a_long_wait_is_answered_to_the_client_at_once() {
+    let limited = r#"{"error": {"type": "rate_limit_error", "message": "slow down"}}"#;
+    let (provider, asked) = canned_provider_with(vec![(429, "retry-after: 10\r\n", limited); 8]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(&provider, dir.path(), "");
+    runtime().block_on(async {
+        let http = reqwest::Client::new();
+        for stream in [false, true] {
+            let started = Instant::now();
+            let r = http
+                .post(format!("{url}/v1/responses"))
+                .json(&json!({"input": "hello", "stream": stream}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 429, "stream {stream}");
+            assert_eq!(r.headers()["retry-after"], "10", "stream {stream}");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "stream {stream}"
+            );
+        }
+    });
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 #[test]
 fn the_gateway_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();

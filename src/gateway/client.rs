@@ -225,6 +225,7 @@ impl HttpModel {
         let url = self.url();
         let shown = shown_url(&url);
         let mut attempt = 0;
+        let mut waited = Duration::ZERO;
         loop {
             let response = match self
                 .request(reqwest::Method::POST, &url)
@@ -257,9 +258,20 @@ impl HttpModel {
             }
             if (status.as_u16() == 429 || status.is_server_error()) && attempt < self.retries {
                 let retry_after = header(&response, "retry-after").and_then(|v| retry_after_s(&v));
-                attempt += 1;
-                tokio::time::sleep(backoff(attempt, retry_after)).await;
-                continue;
+                let wait = backoff(attempt + 1, retry_after);
+                // A provider that asks for a longer wait than the gateway gives one, or
+                // waits that would add up past what a streamed answer may hold back (its
+                // client would get a 200 stream that fails, not the 429 and its
+                // `Retry-After` its SDK obeys: front round 19 F1), end the retries: the
+                // client hears the provider's answer and waits as it asked.
+                let asked_longer =
+                    retry_after.is_some_and(|s| s.saturating_mul(1000) > MAX_BACKOFF_MS);
+                if !asked_longer && waited + wait <= MAX_RETRY_WAIT {
+                    attempt += 1;
+                    waited += wait;
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
             }
             return Err(self.error_of(response, &shown).await);
         }
@@ -792,12 +804,20 @@ fn retry_after_s(value: &str) -> Option<u64> {
     })
 }
 
+/// The longest one wait between retries.
+const MAX_BACKOFF_MS: u64 = 5_000;
+
+/// The most one request waits between its retries in all: under `[gateway]
+/// stream_keepalive_ms`'s default (15 s), so a streamed answer has not opened when the
+/// retries give up.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+
 /// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.
 fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
     let ms = retry_after_s
-        .map(|s| s * 1000)
+        .map(|s| s.saturating_mul(1000))
         .unwrap_or(100 * (1u64 << attempt.saturating_sub(1).min(6)));
-    Duration::from_millis(ms.min(5_000))
+    Duration::from_millis(ms.min(MAX_BACKOFF_MS))
 }
 
 /// Why reading an answer failed: a timeout said as one (reqwest calls it "error decoding

@@ -528,8 +528,15 @@ fn settle(messages: &mut [Message]) -> Result<(), ApiError> {
             }
             Message::Tool { call_id, name, .. } => {
                 let Some(called) = open.remove(call_id.as_str()) else {
+                    // A call the message made and already answered: say that, not that it
+                    // was never made (front round 19 F3).
+                    let why = if order.iter().any(|id| id == call_id) {
+                        "which already has its result; send one result per call"
+                    } else {
+                        "which the message before it did not make"
+                    };
                     return Err(bad(format!(
-                        "a tool result names the call `{call_id}`, which the message before it did not make"
+                        "a tool result names the call `{call_id}`, {why}"
                     )));
                 };
                 if name.is_empty() {
@@ -844,6 +851,19 @@ mod tests {
         assert!(e.message.contains("c1"), "{}", e.message);
         let mut stray = vec![user("hi"), result("c9")];
         assert!(settle(&mut stray).unwrap_err().message.contains("c9"));
+        // A second result for a call is said to be one, not a result for no call.
+        let mut twice = vec![
+            user("hi"),
+            asked(vec![call("c1", "pick")]),
+            result("c1"),
+            result("c1"),
+        ];
+        let e = settle(&mut twice).unwrap_err();
+        assert!(
+            e.message.contains("already has its result"),
+            "{}",
+            e.message
+        );
         let mut ends_answered = vec![user("hi"), asked(vec![])];
         assert!(settle(&mut ends_answered).is_err());
         assert!(settle(&mut []).is_err());
