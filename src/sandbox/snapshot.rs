@@ -18,7 +18,8 @@
 //! blob is written under a fresh name and linked into place, never over one that exists
 //! (a child's Landlock rule allows the inode present when its spawn was prepared, so a blob
 //! replaced in between is unreadable to it). A blob is never deleted
-//! by a host either: one that Node refuses is only not used by that host.
+//! by a host either, but for one whose length is not the one its name says (cut short):
+//! one that Node refuses is only not used by that host.
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -60,13 +61,54 @@ pub fn ensure(
     // The resolved folder from here on: Node and Landlock open the blob's path again at
     // every spawn, and a link on the way as given could be swapped by then.
     let dir = &crate::cache::prepare(dir)?;
-    let blob = dir.join(format!("runtime-{}.blob", key(node, flags, &source)));
-    if let Ok(meta) = fs::symlink_metadata(&blob) {
-        trusted(&blob, &meta)?;
+    let key = key(node, flags, &source);
+    if let Some(blob) = cached(dir, &key)? {
         return Ok(blob);
     }
-    build(dir, &blob, node, flags, &source)?;
-    Ok(blob)
+    build(dir, &key, node, flags, &source)
+}
+
+/// A blob's name says its length (`runtime-KEY.LEN.blob`; two builds of one key may differ
+/// by a few bytes, so a race of first builds may leave two, either good): Node trusts a
+/// blob whole, and
+/// one cut short (a full disk, a copy interrupted) made children die at random (signal 11)
+/// in every later process, each death taken for a failed start (review 24 F2).
+fn blob_name(key: &str, len: u64) -> String {
+    format!("runtime-{key}.{len}.blob")
+}
+
+/// The cached blob of `key` whose length is the one its name says. One whose length is
+/// not is set aside (renamed, then removed: a child already started keeps its copy open),
+/// so the build that follows can take its name.
+fn cached(dir: &Path, key: &str) -> Result<Option<PathBuf>, String> {
+    let prefix = format!("runtime-{key}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(None);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(said) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".blob"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let blob = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&blob) else {
+            continue;
+        };
+        trusted(&blob, &meta)?;
+        if meta.len() == said {
+            return Ok(Some(blob));
+        }
+        let aside = dir.join(format!(".damaged-{}-{}", std::process::id(), said));
+        if fs::rename(&blob, &aside).is_ok() {
+            let _ = fs::remove_file(&aside);
+        }
+    }
+    Ok(None)
 }
 
 fn key(node: &NodeInfo, flags: &[String], source: &str) -> String {
@@ -86,11 +128,11 @@ fn trusted(blob: &Path, meta: &fs::Metadata) -> Result<(), String> {
 
 fn build(
     dir: &Path,
-    blob: &Path,
+    key: &str,
     node: &NodeInfo,
     flags: &[String],
     source: &str,
-) -> Result<(), String> {
+) -> Result<PathBuf, String> {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let stem = format!(".build-{}-{n}", std::process::id());
@@ -147,13 +189,17 @@ fn build(
         }
         fs::set_permissions(&partial, fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("{}: {e}", partial.display()))?;
+        let len = fs::metadata(&partial)
+            .map_err(|e| format!("{}: {e}", partial.display()))?
+            .len();
+        let blob = dir.join(blob_name(key, len));
         // A hard link, not a rename: atomic (a concurrent process sees no blob or a whole
         // one) and it never replaces a blob another process built first. Replacing would
         // break a child of that process being spawned: its Landlock rule allows the inode
         // that was there when the spawn was prepared, not the path.
-        match fs::hard_link(&partial, blob) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        match fs::hard_link(&partial, &blob) {
+            Ok(()) => Ok(blob),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(blob),
             Err(e) => Err(format!("cannot store {}: {e}", blob.display())),
         }
     })();
@@ -215,8 +261,38 @@ mod tests {
         let blob = ensure(dir.path(), &node, &flags, "0").unwrap();
         let inode = fs::metadata(&blob).unwrap().ino();
         // As a concurrent process that found no blob and built one too.
-        build(dir.path(), &blob, &node, &flags, &source).unwrap();
+        // (Builds differ in length by a few bytes, so its blob may have a name of its own.)
+        let key = key(&node, &flags, &source);
+        build(dir.path(), &key, &node, &flags, &source).unwrap();
         assert_eq!(fs::metadata(&blob).unwrap().ino(), inode);
+        assert!(fs::read_dir(dir.path()).unwrap().count() <= 2);
+    }
+
+    /// A blob cut short is not used: it is set aside and built again (review 24 F2: a
+    /// blob cut to 3 MB made 3 runs of 10 die with signal 11, in every later process).
+    #[test]
+    fn a_blob_cut_short_is_built_again() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let flags = vec!["--max-old-space-size=64".to_string()];
+        let blob = ensure(dir.path(), &node, &flags, "0").unwrap();
+        let len = fs::metadata(&blob).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&blob)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let again = ensure(dir.path(), &node, &flags, "0").unwrap();
+        let said: u64 = again
+            .to_str()
+            .and_then(|n| n.strip_suffix(".blob"))
+            .and_then(|n| n.rsplit('.').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert_eq!(fs::metadata(&again).unwrap().len(), said);
+        assert!(said > len / 2);
+        // The blob cut short is gone.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
