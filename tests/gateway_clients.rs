@@ -532,3 +532,37 @@ fn a_running_response_is_in_progress_and_deleted_for_good() {
         }
     });
 }
+
+/// Anthropic's model list comes in pages: every page is followed (the first alone was
+/// answered), asked 1,000 models at a time.
+#[test]
+fn anthropic_s_model_list_is_followed_page_after_page() {
+    let (provider, _) = scripted_provider(|path, _, _| {
+        let page = |ids: &[&str], more: bool| {
+            let data: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"id": id, "type": "model"}))
+                .collect();
+            Reply::json(
+                200,
+                &json!({"data": data, "has_more": more, "first_id": ids[0], "last_id": ids[ids.len() - 1]}),
+            )
+        };
+        match path {
+            "/v1/models?limit=1000" => page(&["claude-a", "claude-b"], true),
+            "/v1/models?limit=1000&after_id=claude-b" => page(&["claude-c"], false),
+            other => Reply::json(404, &json!({"error": {"message": other}})),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(&provider, dir.path(), "kind = \"anthropic\"\n");
+    let (status, text) = request("GET", &format!("{url}/v1/models"));
+    assert_eq!(status, 200, "{text}");
+    let ids: Vec<String> = json_of(&text)["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["claude-a", "claude-b", "claude-c"], "{text}");
+}

@@ -522,12 +522,62 @@ impl HttpModel {
         }
     }
 
-    /// `GET {base_url}/models`, as OpenAI's list entries.
+    /// `GET {base_url}/models`, as OpenAI's list entries. Anthropic's list comes in pages
+    /// (20 models by default): asked for 1,000 a page and followed by `after_id` while it
+    /// says `has_more`, at most [`MAX_MODEL_PAGES`] pages (the first page alone was
+    /// answered, front round 17).
     async fn list_models(&self) -> Result<Vec<Value>, ModelError> {
-        let url = join(&self.base_url, "models");
-        let shown = shown_url(&url);
+        let owner = match self.provider {
+            Provider::Anthropic => "anthropic",
+            _ => "upstream",
+        };
+        let mut models = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_MODEL_PAGES {
+            let mut url = join(&self.base_url, "models");
+            if self.provider == Provider::Anthropic
+                && let Ok(mut u) = reqwest::Url::parse(&url)
+            {
+                u.query_pairs_mut().append_pair("limit", "1000");
+                if let Some(id) = &after {
+                    u.query_pairs_mut().append_pair("after_id", id);
+                }
+                url = u.to_string();
+            }
+            let page = self.models_page(&url).await?;
+            models.extend(
+                page.get("data")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| {
+                        let id = m.get("id").and_then(Value::as_str)?;
+                        Some(json!({
+                            "id": id,
+                            "object": "model",
+                            "created": m.get("created").and_then(Value::as_u64).unwrap_or(0),
+                            "owned_by": m.get("owned_by").and_then(Value::as_str).unwrap_or(owner),
+                        }))
+                    }),
+            );
+            let more = self.provider == Provider::Anthropic
+                && page.get("has_more").and_then(Value::as_bool) == Some(true);
+            after = page
+                .get("last_id")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if !more || after.is_none() {
+                break;
+            }
+        }
+        Ok(models)
+    }
+
+    /// One page of `GET models`, parsed.
+    async fn models_page(&self, url: &str) -> Result<Value, ModelError> {
+        let shown = shown_url(url);
         let response = self
-            .request(reqwest::Method::GET, &url)
+            .request(reqwest::Method::GET, url)
             .send()
             .await
             .map_err(|e| ModelError::from(format!("{shown}: {}", without_url(&e))))?;
@@ -541,29 +591,12 @@ impl HttpModel {
             Err(ReadError::Full(e)) => return Err(pool_full(e)),
             Err(ReadError::Io(e)) => return Err(ModelError::from(format!("{shown}: {e}"))),
         };
-        let v: Value = Budget::default()
-            .parse(&text)
-            .map_err(|e| self.garbage(e))?;
-        let owner = match self.provider {
-            Provider::Anthropic => "anthropic",
-            _ => "upstream",
-        };
-        Ok(v.get("data")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|m| {
-                let id = m.get("id").and_then(Value::as_str)?;
-                Some(json!({
-                    "id": id,
-                    "object": "model",
-                    "created": m.get("created").and_then(Value::as_u64).unwrap_or(0),
-                    "owned_by": m.get("owned_by").and_then(Value::as_str).unwrap_or(owner),
-                }))
-            })
-            .collect())
+        Budget::default().parse(&text).map_err(|e| self.garbage(e))
     }
 }
+
+/// Pages of Anthropic's model list followed at most.
+const MAX_MODEL_PAGES: usize = 10;
 
 impl HttpModel {
     async fn answer(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
