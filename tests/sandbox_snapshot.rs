@@ -47,4 +47,57 @@ fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {
     assert_eq!(run().expect("a run after the blob changed")[0], json!("x"));
     std::fs::remove_file(&blob).unwrap();
     assert_eq!(run().expect("a run after the blob went")[0], json!("x"));
+    drop(sandbox);
+
+    // A blob damaged where its length does not show (zeros, as a power cut may leave):
+    // a run that dies on it is `child-exited`, not `out-of-memory` (no guest code ran);
+    // the next host that calibrates finds Node refusing it, sets it aside and starts
+    // inline; the host after that builds it again (review 25 F2: the damaged blob was
+    // kept for good, each host paying a failed start).
+    let host = || Sandbox::new(None, SandboxPolicy::default_policy().unwrap(), false).unwrap();
+    let run_on = |sandbox: &Sandbox| {
+        rt.block_on(sandbox.run(
+            "return await openclaw.tools.search('x')",
+            Duration::from_secs(20),
+            Arc::new(Echo),
+        ))
+        .outcome
+    };
+    let rebuilt = host();
+    let blob = rebuilt
+        .snapshot()
+        .expect("a snapshot built again")
+        .to_path_buf();
+    assert_eq!(run_on(&rebuilt).expect("a run")[0], json!("x"));
+    drop(rebuilt);
+    let len = std::fs::metadata(&blob).unwrap().len();
+    std::fs::write(&blob, vec![0u8; len as usize]).unwrap();
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let sandbox = host();
+        outcomes.push(match run_on(&sandbox) {
+            Ok(v) => v[0].to_string(),
+            Err(e) => e.code.to_string(),
+        });
+    }
+    assert!(
+        !outcomes.iter().any(|o| o == "out-of-memory"),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.last().map(String::as_str),
+        Some("\"x\""),
+        "{outcomes:?}"
+    );
+    let last = host();
+    let again = last.snapshot().expect("the snapshot built again");
+    let bytes = std::fs::read(again).unwrap();
+    assert!(
+        bytes.iter().any(|b| *b != 0),
+        "the zeroed blob is still used"
+    );
+    assert_eq!(
+        run_on(&last).expect("a run from the new blob")[0],
+        json!("x")
+    );
 }

@@ -232,7 +232,12 @@ impl Sandbox {
         }
         let first = first.message;
         if self.snapshot.is_some() && self.try_start(&self.plan, false).is_ok() {
-            tracing::warn!("sandbox: node refused the startup snapshot ({first}); starting inline");
+            tracing::warn!(
+                "sandbox: node refused the startup snapshot ({first}); starting inline, and it is built again by the next host"
+            );
+            if let Some(blob) = &self.snapshot {
+                snapshot::discard(blob);
+            }
             self.drop_snapshot();
             return Ok(());
         }

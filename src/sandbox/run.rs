@@ -264,7 +264,7 @@ impl Sandbox {
                             return Err(tokio::select! {
                                 biased;
                                 _ = &mut deadline => timed_out(),
-                                e = self.exited(child) => e,
+                                e = self.exited(child, true) => e,
                             });
                         }
                         Some(Err(e)) => return Err(SandboxError::new("protocol", e.to_string())),

@@ -189,9 +189,12 @@ fn build(
         }
         fs::set_permissions(&partial, fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("{}: {e}", partial.display()))?;
-        let len = fs::metadata(&partial)
-            .map_err(|e| format!("{}: {e}", partial.display()))?
-            .len();
+        // On disk before it has a name: a blob linked first and lost to a power cut could
+        // be left as zeros of the right length (review 25 F2).
+        let written = fs::File::open(&partial)
+            .and_then(|f| f.sync_all().and_then(|()| f.metadata()))
+            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        let len = written.len();
         let blob = dir.join(blob_name(key, len));
         // A hard link, not a rename: atomic (a concurrent process sees no blob or a whole
         // one) and it never replaces a blob another process built first. Replacing would
@@ -207,6 +210,17 @@ fn build(
     let _ = fs::remove_file(&partial);
     let _ = fs::remove_file(&errors);
     result
+}
+
+/// Sets aside a blob Node refused where an inline start worked (damaged in a way its length
+/// does not show), so the next host builds it again instead of every host paying a failed
+/// start for it (review 25 F2). Renamed, then removed: a child already started keeps its
+/// copy open.
+pub fn discard(blob: &Path) {
+    let aside = blob.with_file_name(format!(".refused-{}", std::process::id()));
+    if fs::rename(blob, &aside).is_ok() {
+        let _ = fs::remove_file(&aside);
+    }
 }
 
 #[cfg(test)]

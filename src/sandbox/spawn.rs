@@ -121,7 +121,7 @@ impl Sandbox {
                 "protocol",
                 format!("expected `ready` from the child, got {:?}", other.frame),
             )),
-            Ok(None | Some(Err(ProtocolError::Io(_)))) => Err(self.exited(&mut child).await),
+            Ok(None | Some(Err(ProtocolError::Io(_)))) => Err(self.exited(&mut child, false).await),
             Ok(Some(Err(e))) => Err(SandboxError::new("protocol", e.to_string())),
             // Slow, not failed: a `timeout`, which leaves a cached calibration alone (as
             // `child-exited` it was forgotten, and the next host calibrated again under the
@@ -216,8 +216,11 @@ impl Sandbox {
 
     /// Why the child stopped talking: its exit status and the end of its stderr. Whether it
     /// ran out of memory is read from how it died (V8 aborts when the heap cap is reached),
-    /// never from what it wrote: guest-controlled text cannot choose the error.
-    pub(super) async fn exited(&self, child: &mut Child) -> SandboxError {
+    /// never from what it wrote: guest-controlled text cannot choose the error. Only a
+    /// child that was running guest code (`running`) can have: one that aborted before
+    /// `ready` (Node refusing a damaged startup snapshot) was said `out-of-memory`, and its
+    /// host forgot a good calibration for it (review 25 F2).
+    pub(super) async fn exited(&self, child: &mut Child, running: bool) -> SandboxError {
         use std::os::unix::process::ExitStatusExt;
         let status = tokio::time::timeout(Duration::from_secs(2), child.process.reap()).await;
         // The group is gone, so its stderr closes: the tail is whole once the reader ends.
@@ -231,7 +234,7 @@ impl Sandbox {
             _ => ("no exit status".into(), None),
         };
         let cap = self.policy.node.max_old_space_mib;
-        if signal == Some(libc::SIGABRT) && cap > 0 {
+        if running && signal == Some(libc::SIGABRT) && cap > 0 {
             return SandboxError::new(
                 "out-of-memory",
                 format!(
