@@ -1774,3 +1774,47 @@ fn max_tool_calls_bounds_the_calls_of_code_bodies_too() {
     // Every call made: the round after is held to answering.
     assert_eq!(seen[1]["tool_choice"], "none", "{}", seen[1]);
 }
+
+/// A provider that sends a whole streamed answer and then holds its connection open: the
+/// answer ends at its last event (or shortly after the one that ends it, when no last event
+/// follows), not at `timeout_ms` as a failure (front round 20 F1: text streamed, then
+/// `response.failed` "timed out", on every upstream kind).
+#[test]
+fn a_stream_held_open_after_its_answer_ends_with_it() {
+    for kind in ["openai-responses", "openai-completions"] {
+        let (url, _) = scripted_provider(move |_, _, _| {
+            let mut reply = if kind == "openai-responses" {
+                let done = json!({"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "all here"}]}]});
+                Reply::sse(&[
+                    json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "all here"}),
+                    json!({"type": "response.completed", "response": done}),
+                ])
+            } else {
+                // No `[DONE]`: the answer's finish reason, then nothing.
+                Reply::sse(&[
+                    json!({"choices": [{"index": 0, "delta": {"content": "all here"}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+                ])
+            };
+            reply.paced = Some((
+                vec![Vec::new(), b": still here\n\n".to_vec()],
+                std::time::Duration::from_secs(30),
+            ));
+            reply
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, gw) = gateway_with(
+            &url,
+            dir.path(),
+            &format!("max_retries = 0\nkind = \"{kind}\"\n"),
+        );
+        let (status, text) = post(
+            &gw,
+            "/v1/responses",
+            &json!({"input": "hi", "stream": true}),
+        );
+        assert_eq!(status, 200, "{kind}: {text}");
+        assert!(text.contains("response.completed"), "{kind}: {text}");
+        assert!(!text.contains("response.failed"), "{kind}: {text}");
+    }
+}

@@ -39,7 +39,7 @@ use crate::agent::{
 use crate::config::ProviderConfig;
 use crate::provider::normalize::{
     Ending, StreamAssembler, StreamEnding, StreamText, StreamUsage, ending, ends_answer,
-    event_values, reply_text, tool_calls, usage,
+    event_values, last_event, reply_text, tool_calls, usage,
 };
 use crate::provider::{
     Item, Provider, Request, RequestOptions, WireNames, bounded, options, payload,
@@ -432,14 +432,30 @@ impl HttpModel {
             };
             futures::stream::iter(pieces)
         });
-        let mut events = std::pin::pin!(SseStream::from_bytes_stream(lines));
+        // Boxed, so it can be dropped before the answer's places are taken back: a read cut
+        // short after the last event may leave the unfold holding their lock.
+        let mut events = Box::pin(SseStream::from_bytes_stream(lines));
         let mut assembler = StreamAssembler::new(self.provider);
         let mut text = StreamText::default();
         let mut counted = StreamUsage::default();
         let mut how = StreamEnding::default();
         let mut any = false;
         let mut whole = false;
-        while let Some(event) = events.next().await {
+        let mut last = false;
+        while !last {
+            // Past the event that ends the answer, only what may still follow it (Chat's
+            // usage chunk and `[DONE]`, Anthropic's `message_stop`) is waited for, briefly:
+            // a provider that holds its connection open after a whole answer had it failed
+            // at `timeout_ms` (front round 20 F1).
+            let next = if whole {
+                match tokio::time::timeout(AFTER_END_GRACE, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                }
+            } else {
+                events.next().await
+            };
+            let Some(event) = next else { break };
             let event = match event {
                 Ok(e) => e,
                 Err(sse_stream::Error::Body(e)) => {
@@ -462,9 +478,11 @@ impl HttpModel {
             bounded::check(data.as_bytes(), bounded::MAX_JSON_VALUES)
                 .map_err(|e| self.garbage(format!("a stream event: {e}")))?;
             whole |= ends_answer(self.provider, &data, None);
+            last |= last_event(self.provider, &data, None);
             for value in event_values(&data).map_err(|e| self.garbage(e))? {
                 any = true;
                 whole |= ends_answer(self.provider, &data, Some(&value));
+                last |= last_event(self.provider, &data, Some(&value));
                 assembler.push(&value).map_err(|e| self.stream_error(e))?;
                 counted.observe(self.provider, &value);
                 how.push(self.provider, &value);
@@ -490,6 +508,7 @@ impl HttpModel {
                 self.provider.as_str()
             )));
         }
+        drop(events);
         let held = taken
             .lock()
             .await
@@ -594,6 +613,9 @@ impl HttpModel {
         Budget::default().parse(&text).map_err(|e| self.garbage(e))
     }
 }
+
+/// How long a stream is read past the event that ends its answer, for what may follow it.
+const AFTER_END_GRACE: Duration = Duration::from_secs(2);
 
 /// Pages of Anthropic's model list followed at most.
 const MAX_MODEL_PAGES: usize = 10;

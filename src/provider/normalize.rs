@@ -536,6 +536,25 @@ pub fn ends_answer(provider: Provider, data: &str, event: Option<&Value>) -> boo
     }
 }
 
+/// Whether a stream event is the last its provider sends: Chat's `[DONE]`, a Responses
+/// closing event, Anthropic's `message_stop`. Nothing is read after it: a provider that
+/// kept its connection open after a whole answer had the answer failed at `timeout_ms`
+/// (front round 20 F1). Gemini names no last event.
+pub fn last_event(provider: Provider, data: &str, event: Option<&Value>) -> bool {
+    if data.trim() == "[DONE]" {
+        return provider == Provider::OpenaiCompletions;
+    }
+    let kind = event.and_then(|e| e.get("type")).and_then(Value::as_str);
+    match provider {
+        Provider::OpenaiResponses => matches!(
+            kind,
+            Some("response.completed" | "response.incomplete" | "response.failed")
+        ),
+        Provider::Anthropic => kind == Some("message_stop"),
+        Provider::OpenaiCompletions | Provider::Google => false,
+    }
+}
+
 /// Where `provider` says why an answer stopped, in a whole answer or a stream event: Chat
 /// the answer's choice's `finish_reason` (`finishReason` for some servers), Anthropic the
 /// message's `stop_reason` (a stream's `message_delta` has it in `delta`), Gemini the first
