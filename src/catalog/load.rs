@@ -105,22 +105,48 @@ fn collect_catalog_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// A catalog file's bytes: a regular file (a link to one is fine), read to at most
+/// [`limits::MAX_FILE_BYTES`]. Opened without waiting and looked at once open, so what is
+/// read is what was looked at: a FIFO named `tools.json` held the command forever, and a
+/// link to `/dev/zero` (0 bytes by its size) grew it to a gigabyte (review 25 F5).
 fn read_file(path: &Path) -> Result<CatalogText> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?
-        .len();
-    if len > limits::MAX_FILE_BYTES {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let cannot = |e: std::io::Error| Error::bad_catalog(path, "open", format!("cannot read: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
         return Err(Error::bad_catalog(
+            path,
+            "file",
+            "not a regular file (a catalog file must be one, or a link to one)",
+        ));
+    }
+    let too_big = |len: u64| {
+        Error::bad_catalog(
             path,
             "file",
             format!(
                 "file is {len} bytes; the limit is {} bytes",
                 limits::MAX_FILE_BYTES
             ),
-        ));
+        )
+    };
+    if meta.len() > limits::MAX_FILE_BYTES {
+        return Err(too_big(meta.len()));
     }
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
+    // Bounded as read too: a file may grow between the look and the read.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limits::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > limits::MAX_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         Error::bad_catalog(
             path,
@@ -743,6 +769,27 @@ pub(crate) fn json_depth(v: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only regular files are read: a FIFO or a link to a device named like a catalog file
+    /// is refused, never waited on or read without end (review 25 F5).
+    #[test]
+    fn a_catalog_file_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.json")).unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("pipe.json"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for name in ["zero.json", "pipe.json"] {
+            let e = read_path(&dir.path().join(name)).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{name}: {e}");
+        }
+        std::fs::write(dir.path().join("fine.json"), "[]").unwrap();
+        assert!(read_path(&dir.path().join("fine.json")).is_ok());
+        // In a folder, too.
+        assert!(read_path(dir.path()).is_err());
+    }
 
     fn parse(name: &str, text: &str) -> Result<Vec<ToolDescriptor>> {
         parse_catalog_text(Path::new(name), text)
