@@ -322,6 +322,33 @@ fn a_provider_that_asks_for_a_long_wait_is_answered_to_the_client_at_once() {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// Retries wait at most two thirds of the keep-alive in all, so a provider's 429 reaches a
+/// streamed client as a 429 before the keep-alive opens its stream (front round 20 F2: with
+/// a 2 s keep-alive, the 10 s budget turned it into a 200 stream that failed).
+#[test]
+fn retries_end_before_a_short_keep_alive_opens_the_stream() {
+    let limited = r#"{"error": {"type": "rate_limit_error", "message": "slow down"}}"#;
+    let (provider, asked) = canned_provider_with(vec![(429, "retry-after: 2\r\n", limited); 8]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(
+        &provider,
+        dir.path(),
+        "[gateway]\nstream_keepalive_ms = 4000\n",
+    );
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/responses"))
+            .json(&json!({"input": "hello", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"], "2");
+    });
+    // One retry of 2 s fits in the 2.67 s budget; a second would not.
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 #[test]
 fn the_gateway_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();

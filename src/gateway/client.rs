@@ -85,6 +85,8 @@ pub struct HttpModel {
     api_key: Option<String>,
     stream: bool,
     retries: u32,
+    /// The most one request waits between its retries in all ([`HttpModel::waiting_under`]).
+    retry_wait: Duration,
     /// `[provider] max_output_tokens`: the bound of a request that names none.
     max_output_tokens: Option<u64>,
     http: reqwest::Client,
@@ -95,6 +97,16 @@ pub struct HttpModel {
 }
 
 impl HttpModel {
+    /// Retries that wait at most two thirds of `keepalive` in all (and never more than
+    /// [`MAX_RETRY_WAIT`]): a streamed answer opens after `keepalive` without an event, and
+    /// a provider's refusal that comes after it reached the client as a 200 stream that
+    /// failed, its status and `Retry-After` lost (front round 20 F2, with a 2 s
+    /// keep-alive).
+    pub fn waiting_under(mut self, keepalive: Duration) -> Self {
+        self.retry_wait = MAX_RETRY_WAIT.min(keepalive * 2 / 3);
+        self
+    }
+
     /// The client of `[provider]`; an error names what is wrong in the config or the
     /// environment (an unset key variable).
     pub fn new(config: &ProviderConfig) -> Result<Self, String> {
@@ -138,6 +150,7 @@ impl HttpModel {
             api_key,
             stream: config.stream,
             retries: config.max_retries,
+            retry_wait: MAX_RETRY_WAIT,
             max_output_tokens: config.max_output_tokens,
             http,
             redactor,
@@ -266,7 +279,7 @@ impl HttpModel {
                 // client hears the provider's answer and waits as it asked.
                 let asked_longer =
                     retry_after.is_some_and(|s| s.saturating_mul(1000) > MAX_BACKOFF_MS);
-                if !asked_longer && waited + wait <= MAX_RETRY_WAIT {
+                if !asked_longer && waited + wait <= self.retry_wait {
                     attempt += 1;
                     waited += wait;
                     tokio::time::sleep(wait).await;
@@ -864,7 +877,7 @@ const MAX_BACKOFF_MS: u64 = 5_000;
 
 /// The most one request waits between its retries in all: under `[gateway]
 /// stream_keepalive_ms`'s default (15 s), so a streamed answer has not opened when the
-/// retries give up.
+/// retries give up; less under a shorter keep-alive ([`HttpModel::waiting_under`]).
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 
 /// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.

@@ -177,7 +177,9 @@ impl Gateway {
             message,
         };
         let provider = Provider::parse(&config.provider.kind).map_err(|e| bad(e.to_string()))?;
-        let model = super::client::HttpModel::new(&config.provider).map_err(bad)?;
+        let model = super::client::HttpModel::new(&config.provider)
+            .map_err(bad)?
+            .waiting_under(Duration::from_millis(config.gateway.stream_keepalive_ms));
         Ok(Gateway::new(Arc::clone(&host), Arc::new(model), provider))
     }
 
