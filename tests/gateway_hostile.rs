@@ -1776,8 +1776,8 @@ fn max_tool_calls_bounds_the_calls_of_code_bodies_too() {
 }
 
 /// A provider that sends a whole streamed answer and then holds its connection open: the
-/// answer ends at its last event (or shortly after the one that ends it, when no last event
-/// follows), not at `timeout_ms` as a failure (front round 20 F1: text streamed, then
+/// answer ends at its last event (`response.completed`, `[DONE]`), not at `timeout_ms` as a
+/// failure (front round 20 F1: text streamed, then
 /// `response.failed` "timed out", on every upstream kind).
 #[test]
 fn a_stream_held_open_after_its_answer_ends_with_it() {
@@ -1790,11 +1790,12 @@ fn a_stream_held_open_after_its_answer_ends_with_it() {
                     json!({"type": "response.completed", "response": done}),
                 ])
             } else {
-                // No `[DONE]`: the answer's finish reason, then nothing.
-                Reply::sse(&[
+                let mut reply = Reply::sse(&[
                     json!({"choices": [{"index": 0, "delta": {"content": "all here"}}]}),
                     json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-                ])
+                ]);
+                reply.body.extend_from_slice(b"data: [DONE]\n\n");
+                reply
             };
             reply.paced = Some((
                 vec![Vec::new(), b": still here\n\n".to_vec()],

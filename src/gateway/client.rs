@@ -455,20 +455,15 @@ impl HttpModel {
         let mut any = false;
         let mut whole = false;
         let mut last = false;
+        // Read to the provider's last event, not to the connection's end: one that holds its
+        // connection open after a whole answer had it failed at `timeout_ms` (front round 20
+        // F1). Nothing short of the last event ends the read: what follows the end of the
+        // answer (Chat's usage chunk, a call's last pieces) came seconds later from some
+        // servers, and a read cut there lost it (round 26 F1, F2).
         while !last {
-            // Past the event that ends the answer, only what may still follow it (Chat's
-            // usage chunk and `[DONE]`, Anthropic's `message_stop`) is waited for, briefly:
-            // a provider that holds its connection open after a whole answer had it failed
-            // at `timeout_ms` (front round 20 F1).
-            let next = if whole {
-                match tokio::time::timeout(AFTER_END_GRACE, events.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                }
-            } else {
-                events.next().await
+            let Some(event) = events.next().await else {
+                break;
             };
-            let Some(event) = next else { break };
             let event = match event {
                 Ok(e) => e,
                 Err(sse_stream::Error::Body(e)) => {
@@ -626,9 +621,6 @@ impl HttpModel {
         Budget::default().parse(&text).map_err(|e| self.garbage(e))
     }
 }
-
-/// How long a stream is read past the event that ends its answer, for what may follow it.
-const AFTER_END_GRACE: Duration = Duration::from_secs(2);
 
 /// Pages of Anthropic's model list followed at most.
 const MAX_MODEL_PAGES: usize = 10;

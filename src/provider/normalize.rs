@@ -525,7 +525,10 @@ pub fn ends_answer(provider: Provider, data: &str, event: Option<&Value>) -> boo
     }
     let Some(event) = event else { return false };
     let kind = event.get("type").and_then(Value::as_str);
-    let says_stop = stop_reason(provider, event).is_some_and(|r| !r.is_null());
+    // An empty reason is none (round 26 F1: `finish_reason: ""` mid-stream was taken for
+    // the end).
+    let says_stop =
+        stop_reason(provider, event).is_some_and(|r| !r.is_null() && r.as_str() != Some(""));
     match provider {
         Provider::OpenaiResponses => matches!(
             kind,

@@ -2011,3 +2011,22 @@ fn cached_and_reasoning_tokens_are_read_and_summed() {
     turn.add(round);
     assert_eq!((turn.cached_tokens, turn.reasoning_tokens), (14, 0));
 }
+
+/// An empty finish reason is none: a stream that said `finish_reason: ""` mid-answer was
+/// taken for ended, and what followed it was cut (round 26 F1).
+#[test]
+fn an_empty_finish_reason_does_not_end_a_stream() {
+    use super::normalize::ends_answer;
+    let chunk =
+        |reason: &str| json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]});
+    assert!(!ends_answer(
+        Provider::OpenaiCompletions,
+        "{}",
+        Some(&chunk(""))
+    ));
+    assert!(ends_answer(
+        Provider::OpenaiCompletions,
+        "{}",
+        Some(&chunk("stop"))
+    ));
+}
