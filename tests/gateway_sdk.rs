@@ -52,6 +52,23 @@ fn node() -> PathBuf {
     );
 }
 
+/// Runs `tests/openai-sdk/SCRIPT` against the gateway at `gw`; the one JSON object it prints.
+fn sdk_script(node: &Path, script: &str, gw: &str) -> Value {
+    let out = Command::new(node)
+        .arg(sdk_dir().join(script))
+        .arg(format!("{gw}/v1"))
+        .current_dir(sdk_dir())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}): {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 fn recorded(record: &Path) -> Vec<Value> {
     std::fs::read_to_string(record)
         .unwrap_or_default()
@@ -367,19 +384,7 @@ fn the_sdk_does_not_retry_a_turn_whose_tools_ran() {
         });
         let dir = tempfile::tempdir().unwrap();
         let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
-        let out = Command::new(&node)
-            .arg(sdk_dir().join("retry.mjs"))
-            .arg(format!("{gw}/v1"))
-            .current_dir(sdk_dir())
-            .output()
-            .unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "retry.mjs printed no JSON ({e}): {} {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        let report = sdk_script(&node, "retry.mjs", &gw);
         assert_eq!(report["status"], 502, "{report}");
         if tools_first {
             assert_eq!(report["shouldRetry"], "false", "{report}");
@@ -422,19 +427,7 @@ fn a_streamed_turn_slower_than_the_clients_timeout_keeps_its_stream_alive() {
         dir.path(),
         "max_retries = 0\n[gateway]\nstream_keepalive_ms = 400\n",
     );
-    let out = Command::new(&node)
-        .arg(sdk_dir().join("slow.mjs"))
-        .arg(format!("{gw}/v1"))
-        .current_dir(sdk_dir())
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "slow.mjs printed no JSON ({e}): {} {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let report = sdk_script(&node, "slow.mjs", &gw);
     assert_eq!(
         report,
         json!({"responses": "late but here", "chat": "late but here"})
