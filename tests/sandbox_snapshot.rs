@@ -100,4 +100,24 @@ fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {
         run_on(&last).expect("a run from the new blob")[0],
         json!("x")
     );
+
+    // The same damage under a host that is running: its runs are served inline, it stops
+    // using the blob after the second refusal, and sets it aside for the next host to build
+    // again (review 26 F3: every run of a long-lived host failed after its spares).
+    let blob = again.to_path_buf();
+    let len = std::fs::metadata(&blob).unwrap().len();
+    std::fs::write(&blob, vec![0u8; len as usize]).unwrap();
+    for i in 0..4 {
+        assert_eq!(
+            run_on(&last).unwrap_or_else(|e| panic!("run {i} on the damaged blob: {e}"))[0],
+            json!("x")
+        );
+    }
+    assert_eq!(last.snapshot(), None, "the refused blob is still used");
+    assert!(!blob.exists(), "the refused blob was not set aside");
+    drop(last);
+    let next = host();
+    let fresh = next.snapshot().expect("the snapshot built again");
+    assert!(std::fs::read(fresh).unwrap().iter().any(|b| *b != 0));
+    assert_eq!(run_on(&next).expect("a run")[0], json!("x"));
 }

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -111,6 +112,8 @@ impl Sandbox {
             plan,
             args,
             snapshot,
+            snapshot_failures: AtomicU32::new(0),
+            snapshot_refused: AtomicBool::new(false),
             calibration,
             calibrated_from_cache: false,
             runs: Arc::new(Semaphore::new(policy_runs)),

@@ -29,6 +29,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -123,6 +124,10 @@ pub struct Sandbox {
     args: Vec<String>,
     /// The runtime's startup snapshot, when V8 flags are used and the cache is usable.
     snapshot: Option<PathBuf>,
+    /// Starts from the snapshot that died before `ready` in a row while inline starts
+    /// worked, and whether this host has stopped using it for that (`spawn.rs`).
+    snapshot_failures: AtomicU32,
+    snapshot_refused: AtomicBool,
     /// Where this host's calibration is cached, and whether it came from there (then a
     /// child that cannot start removes it).
     calibration: Option<(PathBuf, String)>,
@@ -152,9 +157,12 @@ impl Sandbox {
         &self.policy
     }
 
-    /// The snapshot the children start from, if any (`doctor` shows it).
+    /// The snapshot the children start from, if any (`doctor` shows it): none once this
+    /// host found Node refusing it.
     pub fn snapshot(&self) -> Option<&Path> {
-        self.snapshot.as_deref()
+        self.snapshot
+            .as_deref()
+            .filter(|_| !self.snapshot_refused.load(Ordering::Relaxed))
     }
 }
 

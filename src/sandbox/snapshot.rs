@@ -103,10 +103,7 @@ fn cached(dir: &Path, key: &str) -> Result<Option<PathBuf>, String> {
         if meta.len() == said {
             return Ok(Some(blob));
         }
-        let aside = dir.join(format!(".damaged-{}-{}", std::process::id(), said));
-        if fs::rename(&blob, &aside).is_ok() {
-            let _ = fs::remove_file(&aside);
-        }
+        set_aside(&blob);
     }
     Ok(None)
 }
@@ -214,10 +211,17 @@ fn build(
 
 /// Sets aside a blob Node refused where an inline start worked (damaged in a way its length
 /// does not show), so the next host builds it again instead of every host paying a failed
-/// start for it (review 25 F2). Renamed, then removed: a child already started keeps its
-/// copy open.
+/// start for it (review 25 F2).
 pub fn discard(blob: &Path) {
-    let aside = blob.with_file_name(format!(".refused-{}", std::process::id()));
+    set_aside(blob);
+}
+
+/// Takes a blob out of the cache: renamed (to a hidden name no lookup matches), then
+/// removed; a child already started keeps its copy open.
+fn set_aside(blob: &Path) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let aside = blob.with_file_name(format!(".aside-{}-{n}", std::process::id()));
     if fs::rename(blob, &aside).is_ok() {
         let _ = fs::remove_file(&aside);
     }

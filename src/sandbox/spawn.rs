@@ -8,6 +8,7 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -73,35 +74,79 @@ impl Sandbox {
     pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
         let spawned = self.spawn_any(timeout).await;
         if let Err(e) = &spawned
-            && self.calibrated_from_cache
             && e.code != "timeout"
-            && let Some((dir, key)) = &self.calibration
         {
             // The cached calibration may be what is wrong (the host changed in a way the
             // key cannot see): the next host calibrates again.
+            self.forget_calibration(e);
+        }
+        spawned
+    }
+
+    /// Forgets this host's cached calibration, if it came from there: a start failed in a
+    /// way one may explain, and the next host's calibration finds out.
+    fn forget_calibration(&self, e: &SandboxError) {
+        if self.calibrated_from_cache
+            && let Some((dir, key)) = &self.calibration
+        {
             tracing::warn!(
                 "sandbox: a child failed under a cached calibration ({e}); forgetting it"
             );
             cache::forget(dir, "calibration", key);
         }
-        spawned
     }
 
+    /// From the snapshot when there is one. A child that dies before `ready` from it is
+    /// started again inline, so the run is served whatever became of the blob (removed,
+    /// or damaged where its length does not show, under a running host: every run of
+    /// that host failed, 7,836 failed starts in 85 s, review 26 F3).
     async fn spawn_any(&self, timeout: Duration) -> Result<Child, SandboxError> {
-        let Some(blob) = &self.snapshot else {
-            return self
-                .spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
-                .await;
+        let inline = || self.spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout);
+        let Some(blob) = self.snapshot() else {
+            return inline().await;
         };
         match self.spawn_ready(Entry::Snapshot(blob), timeout).await {
-            // The blob went away under a running host (someone cleared the cache): start
-            // this child inline rather than fail the run.
-            Err(e) if e.code == "child-exited" && !blob.exists() => {
-                tracing::warn!("sandbox: the startup snapshot failed ({e}); starting inline");
-                self.spawn_ready(Entry::Inline(RUNTIME_JS, &[]), timeout)
-                    .await
+            Ok(child) => {
+                self.snapshot_failures.store(0, Ordering::Relaxed);
+                Ok(child)
             }
-            other => other,
+            Err(e) if e.code == "child-exited" => {
+                let started = inline().await;
+                if started.is_ok() {
+                    self.snapshot_refused_once(blob, &e);
+                }
+                started
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A snapshot start died where an inline one worked. One such death may be chance (a
+    /// child killed from outside, memory pressure); two in a row, or a blob that is gone,
+    /// are the blob: this host starts inline from then on, and sets the blob aside so the
+    /// next host builds it again (as a calibration that finds it refused does). After
+    /// one, a cached calibration is forgotten, so the next host's calibration decides.
+    fn snapshot_refused_once(&self, blob: &Path, e: &SandboxError) {
+        let failures = self.snapshot_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let gone = !blob.exists();
+        if !gone && failures < 2 {
+            tracing::warn!(
+                "sandbox: a child failed from the startup snapshot ({e}); started inline"
+            );
+            // A one-shot host never sees a second: the next host calibrates, which tries
+            // the snapshot against an inline start and sets a refused blob aside.
+            self.forget_calibration(e);
+            return;
+        }
+        if self.snapshot_refused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            "sandbox: node refuses the startup snapshot {} ({e}); starting inline from now on",
+            blob.display()
+        );
+        if !gone {
+            super::snapshot::discard(blob);
         }
     }
 
