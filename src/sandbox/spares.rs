@@ -56,6 +56,19 @@ struct State {
     starting: usize,
     target: usize,
     last_take: Option<Instant>,
+    /// Starts that failed in a row, and when refills may try again: a host whose starts
+    /// fail (a Node that went away, a full process table) backs off instead of starting
+    /// a child every loop.
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// When a start last failed: a taker waiting for a start that failed starts its own.
+    failed_at: Option<Instant>,
+}
+
+/// The wait before refilling after `failures` failed starts in a row: 100 ms, doubling,
+/// at most 30 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(30))
 }
 
 pub struct SparePool {
@@ -81,6 +94,9 @@ impl SparePool {
                 starting: 0,
                 target: sizing.min,
                 last_take: None,
+                failures: 0,
+                retry_at: None,
+                failed_at: None,
             }),
             sizing,
             timeout,
@@ -92,34 +108,24 @@ impl SparePool {
         let stop = pool.stop.clone();
         tokio::spawn(async move {
             let mut starts: JoinSet<Result<Child, SandboxError>> = JoinSet::new();
-            let mut failures = 0u32;
             loop {
                 let Some(pool) = keeper.upgrade() else { return };
                 if stop.is_cancelled() {
                     return;
                 }
-                pool.tend(&mut starts, failures);
+                let check = pool.tend(&mut starts);
                 let pool = Arc::downgrade(&pool);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     Some(done) = starts.join_next(), if !starts.is_empty() => {
                         let Some(pool) = pool.upgrade() else { return };
-                        let mut st = pool.state.lock();
-                        st.starting = st.starting.saturating_sub(1);
                         match done {
-                            Ok(Ok(child)) => {
-                                failures = 0;
-                                st.ready.push_back(child);
-                                drop(st);
-                                pool.arrived.notify_waiters();
-                            }
+                            Ok(Ok(child)) => pool.started(Some(child)),
                             Ok(Err(e)) => {
-                                failures += 1;
-                                drop(st);
-                                pool.arrived.notify_waiters();
                                 tracing::warn!("sandbox: cannot start a spare child: {e}");
+                                pool.started(None);
                             }
-                            Err(_) => {}
+                            Err(_) => pool.started(None),
                         }
                     }
                     _ = async {
@@ -128,16 +134,37 @@ impl SparePool {
                             None => std::future::pending().await,
                         }
                     } => {}
-                    _ = tokio::time::sleep(CHECK_EVERY) => {}
+                    _ = tokio::time::sleep(check) => {}
                 }
             }
         });
         pool
     }
 
-    /// Prunes dead spares, shrinks after a quiet spell, and starts what the target lacks.
-    /// After failed starts it waits for the periodic check instead of retrying at once.
-    fn tend(&self, starts: &mut JoinSet<Result<Child, SandboxError>>, failures: u32) {
+    /// A start ended: a child to keep, or a failure to back off from.
+    fn started(&self, child: Option<Child>) {
+        let mut st = self.state.lock();
+        st.starting = st.starting.saturating_sub(1);
+        match child {
+            Some(child) => {
+                st.failures = 0;
+                st.retry_at = None;
+                st.ready.push_back(child);
+            }
+            None => {
+                let now = Instant::now();
+                st.failures = st.failures.saturating_add(1);
+                st.retry_at = Some(now + backoff(st.failures));
+                st.failed_at = Some(now);
+            }
+        }
+        drop(st);
+        self.arrived.notify_waiters();
+    }
+
+    /// Prunes dead spares, shrinks after a quiet spell, and starts what the target lacks,
+    /// unless failed starts put the next try later. Says when to look again.
+    fn tend(&self, starts: &mut JoinSet<Result<Child, SandboxError>>) -> Duration {
         let mut st = self.state.lock();
         st.ready.retain_mut(|c| c.alive());
         let quiet = st.last_take.is_none_or(|t| t.elapsed() >= SHRINK_AFTER);
@@ -148,8 +175,11 @@ impl SparePool {
             // Dropping a child kills its group.
             st.ready.pop_back();
         }
-        if failures > 0 && starts.is_empty() && failures % 4 != 1 {
-            return;
+        if let Some(at) = st.retry_at {
+            let wait = at.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                return wait.min(CHECK_EVERY);
+            }
         }
         while st.ready.len() + st.starting < st.target && st.starting < PARALLEL_STARTS {
             st.starting += 1;
@@ -157,6 +187,7 @@ impl SparePool {
             let timeout = self.timeout;
             starts.spawn(async move { sandbox.spawn(timeout).await });
         }
+        CHECK_EVERY
     }
 
     /// Ready spares now.
@@ -195,7 +226,7 @@ impl SparePool {
             tokio::pin!(arrived);
             // Registered before looking, so an arrival in between is not missed.
             arrived.as_mut().enable();
-            let starting = {
+            let (starting, failed) = {
                 let mut st = self.state.lock();
                 while let Some(mut c) = st.ready.pop_front() {
                     if c.alive() {
@@ -204,10 +235,22 @@ impl SparePool {
                         return Ok(c);
                     }
                 }
-                st.starting
+                (st.starting, st.failed_at.is_some_and(|t| t >= waited))
             };
-            if starting == 0 || self.stop.is_cancelled() || waited.elapsed() > startup {
-                return self.sandbox.spawn(self.timeout).await;
+            // Its own start when none is coming: none starting, a start that failed while
+            // it waited (the next may be backed off), a stopped pool, a wait too long.
+            if starting == 0 || failed || self.stop.is_cancelled() || waited.elapsed() > startup {
+                let own = self.sandbox.spawn(self.timeout).await;
+                if own.is_ok() {
+                    // Starts work again: refills need not wait out their back-off.
+                    let mut st = self.state.lock();
+                    if st.retry_at.take().is_some() {
+                        st.failures = 0;
+                        drop(st);
+                        self.wake.notify_one();
+                    }
+                }
+                return own;
             }
             let _ = tokio::time::timeout(startup, arrived).await;
         }
@@ -331,5 +374,29 @@ mod tests {
         wait_for(&pool, 3).await;
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(pool.len() <= 3, "never more than max ready: {}", pool.len());
+    }
+
+    /// Starts that fail are retried with a growing wait, not in a loop (review 26 F3: a
+    /// host whose starts all failed started 7,836 children in 85 s), and a taker gets the
+    /// start's own error, not the run's deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_starts_back_off_and_a_taker_gets_their_error() {
+        let mut policy = SandboxPolicy::default_policy().unwrap();
+        // No child is ready within 1 ms: every start fails, however fast the machine.
+        policy.limits.startup_timeout_ms = 1;
+        let sandbox = Arc::new(
+            tokio::task::spawn_blocking(move || Sandbox::new(None, policy, false))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        let pool = SparePool::start(sandbox, Sizing { min: 1, max: 1 }, Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let failures = pool.state.lock().failures;
+        // 100 + 200 + 400 + 800 ms of waits fit in 2 s: at most five starts, on any machine.
+        assert!((1..=5).contains(&failures), "{failures} starts in 2 s");
+        let e = pool.take().await.err().expect("no child starts in 1 ms");
+        assert_eq!(e.code, "timeout");
+        assert!(e.message.contains("startup_timeout_ms"), "{e}");
     }
 }
