@@ -37,6 +37,10 @@ pub mod limits {
     pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
     /// JSON nesting of an input or output schema. Real schemas stay under 10.
     pub const MAX_SCHEMA_DEPTH: usize = 32;
+    /// A catalog folder: its files, all their bytes, and how deep its folders go.
+    pub const MAX_FOLDER_FILES: usize = 10_000;
+    pub const MAX_FOLDER_BYTES: u64 = 512 * 1024 * 1024;
+    pub const MAX_FOLDER_DEPTH: usize = 32;
 }
 
 /// One catalog file as read: its size and encoding checked, not yet parsed.
@@ -68,41 +72,89 @@ pub fn read_path(path: &Path) -> Result<Vec<CatalogText>> {
     let meta = std::fs::metadata(path)
         .map_err(|e| Error::bad_catalog(path, "open", format!("cannot read: {e}")))?;
     if meta.is_dir() {
-        let mut files = Vec::new();
-        collect_catalog_files(path, &mut files)?;
+        let mut walk = Walk::default();
+        walk.folder(path, 0)?;
+        let mut files = walk.files;
         files.sort();
         if files.is_empty() {
             tracing::warn!(folder = %path.display(), "no .json or .jsonl catalog files in folder");
         }
-        files.iter().map(|f| read_file(f)).collect()
+        let mut total = 0u64;
+        let mut texts = Vec::with_capacity(files.len());
+        for f in &files {
+            let text = read_file(f)?;
+            total += text.text.len() as u64;
+            if total > limits::MAX_FOLDER_BYTES {
+                return Err(Error::bad_catalog(
+                    path,
+                    "folder",
+                    format!(
+                        "its catalog files hold more than {} bytes in all",
+                        limits::MAX_FOLDER_BYTES
+                    ),
+                ));
+            }
+            texts.push(text);
+        }
+        Ok(texts)
     } else {
         Ok(vec![read_file(path)?])
     }
 }
 
-fn collect_catalog_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list folder: {e}")))?;
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list: {e}")))?;
-        let path = entry.path();
-        let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        if hidden {
-            continue;
+/// The walk of a catalog folder. Linked folders are followed (a plugin's folder linked
+/// into the catalog), each folder at most once, by its device and inode: two links back
+/// to `.` made ~2^40 paths of one folder (review 26 F4). Hidden entries are skipped.
+#[derive(Default)]
+struct Walk {
+    seen: std::collections::HashSet<(u64, u64)>,
+    files: Vec<PathBuf>,
+}
+
+impl Walk {
+    fn folder(&mut self, dir: &Path, depth: usize) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let refuse = |what: String| Error::bad_catalog(dir, "folder", what);
+        if depth > limits::MAX_FOLDER_DEPTH {
+            return Err(refuse(format!(
+                "folders nest more than {} deep",
+                limits::MAX_FOLDER_DEPTH
+            )));
         }
-        if path.is_dir() {
-            collect_catalog_files(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("json" | "jsonl")
-        ) {
-            out.push(path);
-        } else {
-            tracing::debug!(file = %path.display(), "skipping a file that is not .json or .jsonl");
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| Error::bad_catalog(dir, "open", format!("cannot read: {e}")))?;
+        if !self.seen.insert((meta.dev(), meta.ino())) {
+            tracing::debug!(folder = %dir.display(), "skipping a folder already read");
+            return Ok(());
         }
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list folder: {e}")))?;
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| Error::bad_catalog(dir, "open", format!("cannot list: {e}")))?;
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                self.folder(&path, depth + 1)?;
+            } else if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("json" | "jsonl")
+            ) {
+                if self.files.len() == limits::MAX_FOLDER_FILES {
+                    return Err(refuse(format!(
+                        "more than {} catalog files under it",
+                        limits::MAX_FOLDER_FILES
+                    )));
+                }
+                self.files.push(path);
+            } else {
+                tracing::debug!(file = %path.display(), "skipping a file that is not .json or .jsonl");
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A catalog file's bytes: a regular file (a link to one is fine), read to at most
@@ -769,6 +821,40 @@ pub(crate) fn json_depth(v: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Linked folders are followed once each: links back to the folder itself (`x -> .`,
+    /// `y -> .`) made ~2^40 paths (review 26 F4); a linked plugin folder is still read.
+    #[test]
+    fn a_folder_walk_reads_each_folder_once_and_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("catalog");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("a.json"), "[]").unwrap();
+        for name in ["x", "y", "z"] {
+            std::os::unix::fs::symlink(".", root.join(name)).unwrap();
+        }
+        let plugin = dir.path().join("plugin");
+        std::fs::create_dir(&plugin).unwrap();
+        std::fs::write(plugin.join("p.json"), "[]").unwrap();
+        std::os::unix::fs::symlink("../plugin", root.join("linked")).unwrap();
+        std::os::unix::fs::symlink("..", plugin.join("up")).unwrap();
+        let files = read_path(&root).unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.contains(&"a.json".to_string()) && names.contains(&"p.json".to_string()));
+
+        // Too deep: a chain of real folders past the bound is refused by name.
+        let mut deep = dir.path().join("deep");
+        for _ in 0..=limits::MAX_FOLDER_DEPTH + 1 {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let e = read_path(&dir.path().join("deep")).unwrap_err().to_string();
+        assert!(e.contains("nest more than"), "{e}");
+    }
 
     /// Only regular files are read: a FIFO or a link to a device named like a catalog file
     /// is refused, never waited on or read without end (review 25 F5).
