@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -108,6 +108,8 @@ pub struct SessionLog {
     seq: AtomicU64,
     /// What [`SessionLog::no_effect`] may still write.
     no_effect: parking_lot::Mutex<NoEffectBudget>,
+    /// The last rotation found the lock held past [`LOCK_WAIT`]: the next ones only try it.
+    rotation_blocked: std::sync::atomic::AtomicBool,
 }
 
 /// Events of requests that acted on nothing (searches, describes, refusals), and tools'
@@ -153,6 +155,7 @@ impl SessionLog {
             file: Some(parking_lot::Mutex::new(Some(file))),
             seq: AtomicU64::new(0),
             no_effect: Default::default(),
+            rotation_blocked: Default::default(),
         })
     }
 
@@ -168,6 +171,7 @@ impl SessionLog {
             file: Some(parking_lot::Mutex::new(None)),
             seq: AtomicU64::new(0),
             no_effect: Default::default(),
+            rotation_blocked: Default::default(),
         })
     }
 
@@ -192,6 +196,7 @@ impl SessionLog {
             file: None,
             seq: AtomicU64::new(0),
             no_effect: Default::default(),
+            rotation_blocked: Default::default(),
         }
     }
 
@@ -255,17 +260,37 @@ impl SessionLog {
         if file.is_none() {
             *file = open_logged(path);
         }
-        if file
-            .as_ref()
-            .is_some_and(|f| outgrown(f, bytes.len() as u64))
-        {
-            match rotate(path, bytes.len() as u64) {
-                Ok(()) => {}
-                // Held by someone else past a rotation's time: tried again next event.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        let extra = bytes.len() as u64;
+        if file.as_ref().is_some_and(|f| outgrown(f, extra)) {
+            // A lock held past a rotation's time is not a rotation to wait for (review 25
+            // F1); once one was, later events only try it, and do not pay the wait each
+            // (review 26 F5: 20 ms an event while another process held it).
+            let blocked = self.rotation_blocked.load(Ordering::Relaxed);
+            let wait = if blocked { Duration::ZERO } else { LOCK_WAIT };
+            match rotate(path, extra, wait) {
+                Ok(()) => self.rotation_blocked.store(false, Ordering::Relaxed),
+                // Held by someone else: tried again next event.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if !blocked {
+                        tracing::error!(
+                            "session log {}: another process holds its lock; it cannot be rotated until that ends",
+                            path.display()
+                        );
+                    }
+                    self.rotation_blocked.store(true, Ordering::Relaxed);
+                }
                 Err(e) => tracing::error!("session log {}: cannot rotate: {e}", path.display()),
             }
             *file = open_logged(path);
+            // Still unrotated and at the hard bound: the event is counted, not written,
+            // so a held lock cannot grow the log without end.
+            if file.as_ref().is_some_and(|f| {
+                f.metadata()
+                    .is_ok_and(|m| m.len() + extra > HARD_LOG_FILE_BYTES)
+            }) {
+                self.no_effect.lock().unwritten += unwritten + 1;
+                return;
+            }
         }
         if let Some(f) = file.as_mut()
             && let Err(e) = f.write_all(&bytes)
@@ -281,6 +306,10 @@ impl SessionLog {
 /// to one session (one client grew it 1.7 GB an hour, front round 7), and nothing else
 /// bounds a single log.
 pub const MAX_LOG_FILE_BYTES: u64 = 64 << 20;
+
+/// The most a log grows to when it cannot be rotated (another process holds its lock for
+/// good): past it events are counted (`events_not_written`), not written.
+pub const HARD_LOG_FILE_BYTES: u64 = 2 * MAX_LOG_FILE_BYTES;
 
 /// Opens the log at `path` for appending; a failure is reported and the event not written.
 fn open_logged(path: &Path) -> Option<File> {
@@ -309,8 +338,8 @@ fn outgrown(file: &File, extra: u64) -> bool {
 /// So the decision is taken by one writer at a time, under the lock of the file the name
 /// holds now, and on that file's size: to a writer whose handle another has rotated away,
 /// the new file has room, and it only reopens.
-fn rotate(path: &Path, extra: u64) -> std::io::Result<()> {
-    let current = Locked::current(path)?;
+fn rotate(path: &Path, extra: u64, wait: Duration) -> std::io::Result<()> {
+    let current = Locked::current(path, wait)?;
     let m = current.0.metadata()?;
     if m.len() > 0 && m.len() + extra > MAX_LOG_FILE_BYTES {
         std::fs::rename(path, old_log(path))?;
@@ -322,7 +351,7 @@ fn rotate(path: &Path, extra: u64) -> std::io::Result<()> {
 struct Locked(File);
 
 /// The longest a writer waits for another's rotation (see [`Locked::new`]).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+const LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// Attempts at [`Locked::current`]: each failed one means another writer filled and
 /// rotated a whole generation meanwhile.
@@ -332,9 +361,9 @@ impl Locked {
     /// Locks the file at `path`. The lock belongs to a file, not to its name, and another
     /// writer may rename the file between the open and the lock: then the one locked is
     /// no longer the log, and the one that replaced it is tried.
-    fn current(path: &Path) -> std::io::Result<Locked> {
+    fn current(path: &Path, wait: Duration) -> std::io::Result<Locked> {
         for _ in 0..LOCK_ATTEMPTS {
-            let locked = Locked::new(crate::cache::open_append(path)?)?;
+            let locked = Locked::new(crate::cache::open_append(path)?, wait)?;
             let held = locked.0.metadata()?;
             if std::fs::symlink_metadata(path)
                 .is_ok_and(|named| (named.dev(), named.ino()) == (held.dev(), held.ino()))
@@ -353,14 +382,13 @@ impl Locked {
     /// (review 25 F1). A writer rotates in microseconds, so a lock held longer is not a
     /// rotation to wait for: the event is written where the log is now, and rotation is
     /// tried again at the next one.
-    fn new(file: File) -> std::io::Result<Locked> {
+    fn new(file: File, wait: Duration) -> std::io::Result<Locked> {
         let started = std::time::Instant::now();
         loop {
             match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
                 Ok(()) => return Ok(Locked(file)),
                 Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock
-                        && started.elapsed() < LOCK_WAIT =>
+                    if e.kind() == std::io::ErrorKind::WouldBlock && started.elapsed() < wait =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
@@ -706,7 +734,7 @@ mod tests {
         let path = a.path().unwrap().to_path_buf();
         let old = path.with_file_name("shared~old.jsonl");
         grow_to(&path, MAX_LOG_FILE_BYTES - 10);
-        let held = Locked::current(&path).unwrap();
+        let held = Locked::current(&path, LOCK_WAIT).unwrap();
         a.event("call", json!({"id": "a1"}));
         assert!(!old.exists());
         let log = std::fs::read(&path).unwrap();
@@ -718,6 +746,38 @@ mod tests {
         assert_eq!(ids_in(&path), ["a2"]);
     }
 
+    /// A lock held for good costs the events after the first nothing but a try, and the
+    /// log stops at its hard bound; the events not written are counted, and said by the
+    /// first written once the lock is free (review 26 F5: 20 ms an event, and the log grew
+    /// past its bound without end).
+    #[test]
+    fn a_lock_held_for_good_neither_slows_every_event_nor_grows_the_log_without_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = SessionLog::open(dir.path(), "held").unwrap();
+        let path = a.path().unwrap().to_path_buf();
+        grow_to(&path, HARD_LOG_FILE_BYTES - 300);
+        let held = Locked::current(&path, LOCK_WAIT).unwrap();
+        a.event("call", json!({"id": "first"}));
+        assert!(a.rotation_blocked.load(Ordering::Relaxed));
+        for i in 0..50 {
+            a.event(
+                "call",
+                json!({"id": format!("e{i}"), "pad": "x".repeat(100)}),
+            );
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() <= HARD_LOG_FILE_BYTES);
+        drop(held);
+        a.event("call", json!({"id": "after"}));
+        assert!(!a.rotation_blocked.load(Ordering::Relaxed));
+        let line = std::fs::read_to_string(&path).unwrap();
+        let event: Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(event["id"], "after");
+        assert!(
+            event["events_not_written"].as_u64().unwrap() >= 45,
+            "{event}"
+        );
+    }
+
     /// `flock` locks of two descriptors of one file exclude each other within a process
     /// (`fcntl` locks would not): two logs of one file in a gateway take turns too.
     #[test]
@@ -725,7 +785,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = SessionLog::open(dir.path(), "locked").unwrap();
         let path = log.path().unwrap();
-        let held = Locked::current(path).unwrap();
+        let held = Locked::current(path, LOCK_WAIT).unwrap();
         let other = crate::cache::open_append(path).unwrap();
         let refused = flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::WouldBlock);
