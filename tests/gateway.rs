@@ -349,6 +349,36 @@ fn retries_end_before_a_short_keep_alive_opens_the_stream() {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// Waits after refused connections count against the same budget (review 26 F6: they did
+/// not, and eight retries of a provider that was down held a streamed answer past its
+/// keep-alive, which then opened as a 200 stream that failed).
+#[test]
+fn retries_of_refused_connections_end_before_the_keep_alive_opens_the_stream() {
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", down.local_addr().unwrap());
+    drop(down);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw_url) = gateway_with(
+        &url,
+        dir.path(),
+        "max_retries = 8\n[gateway]\nstream_keepalive_ms = 1500\n",
+    );
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{gw_url}/v1/responses"))
+            .json(&json!({"input": "hello", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        // Waits of 100 + 200 + 400 ms fit in the 1 s budget; with 800 ms more the stream
+        // would have opened.
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, 502, "{body}");
+        assert!(body.contains("the request failed"), "{body}");
+    });
+}
+
 #[test]
 fn the_gateway_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();

@@ -248,9 +248,18 @@ impl HttpModel {
                 .await
             {
                 Ok(r) => r,
-                Err(e) if attempt < self.retries && (e.is_connect() || e.is_timeout()) => {
+                // Waits after a failed connection count against the same budget as
+                // waits after a 429 (review 26 F6: they were not, and a provider that
+                // refused connections held a streamed answer past its keep-alive).
+                Err(e)
+                    if attempt < self.retries
+                        && (e.is_connect() || e.is_timeout())
+                        && waited + backoff(attempt + 1, None) <= self.retry_wait =>
+                {
                     attempt += 1;
-                    tokio::time::sleep(backoff(attempt, None)).await;
+                    let wait = backoff(attempt, None);
+                    waited += wait;
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
                 Err(e) => {
