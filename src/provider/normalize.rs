@@ -520,23 +520,14 @@ fn closes_responses(kind: &str) -> bool {
 /// whose body ends without one was cut short, and its answer must not pass as whole (front
 /// round 13 F1: a cut stream was answered `completed`, stored and continued).
 pub fn ends_answer(provider: Provider, data: &str, event: Option<&Value>) -> bool {
-    if data.trim() == "[DONE]" {
-        return provider == Provider::OpenaiCompletions;
+    if last_event(provider, data, event) {
+        return true;
     }
-    let Some(event) = event else { return false };
-    let kind = event.get("type").and_then(Value::as_str);
     // An empty reason is none (round 26 F1: `finish_reason: ""` mid-stream was taken for
     // the end).
-    let says_stop =
-        stop_reason(provider, event).is_some_and(|r| !r.is_null() && r.as_str() != Some(""));
-    match provider {
-        Provider::OpenaiResponses => matches!(
-            kind,
-            Some("response.completed" | "response.incomplete" | "response.failed")
-        ),
-        Provider::Anthropic => kind == Some("message_stop") || says_stop,
-        Provider::OpenaiCompletions | Provider::Google => says_stop,
-    }
+    event
+        .and_then(|e| stop_reason(provider, e))
+        .is_some_and(|r| !r.is_null() && r.as_str() != Some(""))
 }
 
 /// Whether a stream event is the last its provider sends: Chat's `[DONE]`, a Responses
