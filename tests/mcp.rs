@@ -641,6 +641,41 @@ fn every_page_of_tools_list_is_followed() {
     );
 }
 
+/// An answer past the line bound fails its call at once, saying why, and the server
+/// answers the next call (review 25: rmcp dropped the line and the call waited out its
+/// timeout, reported as one).
+#[test]
+fn an_answer_past_the_line_bound_fails_at_once_and_says_why() {
+    let (_dir, config) = config_with(&format!(
+        "[catalog]\npaths = []\n[mcp.servers.paged]\ncommand = \"node\"\nargs = [\"{}\"]\ncall_timeout_ms = 120000\n",
+        mcp_dir().join("paged-server.mjs").display()
+    ));
+    let started = Instant::now();
+    let (code, out, all) = toolsearch(
+        &config,
+        &["call", "paged_tool_1", r#"{"size": 17000000}"#, "--json"],
+    );
+    assert_ne!(code, 0, "{all}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "waited for the call's timeout: {all}"
+    );
+    let message = out["error"]["message"].as_str().unwrap_or(&all);
+    assert!(message.contains("longer than 16 MiB"), "{all}");
+    let (code, out, all) = toolsearch(
+        &config,
+        &["call", "paged_tool_1", r#"{"size": 1000000}"#, "--json"],
+    );
+    assert_eq!(code, 0, "{all}");
+    // (Shortened to the result bound on the way out.)
+    assert!(
+        out["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("xxxx")),
+        "{all}"
+    );
+}
+
 /// Live processes whose command line holds `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     let mut out = Vec::new();

@@ -53,6 +53,9 @@ pub mod limits {
     pub const STDERR_TAIL_CHARS: usize = 600;
     /// Between SIGTERM and SIGKILL when the host stops.
     pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+    /// One line (one JSON-RPC message) of a stdio server: rmcp's own bound, which drops a
+    /// longer line and waits on; [`super::LineBound`] closes the connection at it instead.
+    pub const MAX_LINE_BYTES: usize = 16 << 20;
 }
 
 /// Host variables a stdio server gets besides its configured `env` (what MCP clients
@@ -74,6 +77,9 @@ struct Upstream {
     /// The process group of a stdio server (none before its spawn), signalled by the hub
     /// when it stops while the server's watcher owns the process.
     group: parking_lot::Mutex<Group>,
+    /// Set when a stdio server sent a line past [`limits::MAX_LINE_BYTES`] and its
+    /// connection was closed for it: the calls that fail with it say why.
+    line_too_long: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum State {
@@ -180,6 +186,7 @@ impl Hub {
                             why: "starting".into(),
                         }),
                         group: Default::default(),
+                        line_too_long: Default::default(),
                     }),
                 )
             })
@@ -345,6 +352,7 @@ impl Upstream {
                     return self.set_down("no stdio pipes".into());
                 };
                 let started = tokio::time::timeout(timeout, async {
+                    let stdout = LineBound::new(stdout, Arc::clone(&self.line_too_long));
                     let service = handler
                         .serve((stdout, stdin))
                         .await
@@ -508,6 +516,12 @@ impl Upstream {
         }
         let tail = tail_of(stderr).await;
         let how = match status {
+            _ if self
+                .line_too_long
+                .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                line_too_long_message()
+            }
             Some(s) => format!("it exited ({s})"),
             None => "its connection closed".to_string(),
         };
@@ -638,10 +652,15 @@ impl Upstream {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 let mut d = details;
                 d["status"] = json!("unavailable");
-                ToolOutput::error(
-                    format!("MCP server `{name}` is unavailable: its connection closed"),
-                    d,
-                )
+                let why = if self
+                    .line_too_long
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    line_too_long_message()
+                } else {
+                    "its connection closed".to_string()
+                };
+                ToolOutput::error(format!("MCP server `{name}` is unavailable: {why}"), d)
             }
             ServiceError::McpError(err) => ToolOutput::error(
                 format!("MCP server `{name}`: {} (code {})", err.message, err.code.0),
@@ -775,6 +794,67 @@ impl Executor for Hub {
                 ),
             }
         })
+    }
+}
+
+fn line_too_long_message() -> String {
+    format!(
+        "it sent a message longer than {} MiB (an answer too large for one line), and its connection was closed",
+        limits::MAX_LINE_BYTES >> 20
+    )
+}
+
+/// A stdio server's output with its lines bounded. rmcp drops a line past its bound and
+/// reads on, so the call it answered waited out `call_timeout_ms` and was said to have
+/// timed out (review 25); this ends the connection at the bound instead, so every call
+/// waiting on the server fails at once, saying why, and the server is down like one that
+/// died (its status says why).
+struct LineBound<R> {
+    inner: R,
+    /// Bytes since the last newline.
+    run: usize,
+    too_long: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<R> LineBound<R> {
+    fn new(inner: R, too_long: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        too_long.store(false, std::sync::atomic::Ordering::Relaxed);
+        LineBound {
+            inner,
+            run: 0,
+            too_long,
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for LineBound<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        // The first piece goes on with the line already begun; each after a newline
+        // begins one; the last is the line still going on.
+        let mut pieces = buf.filled()[before..].split(|b| *b == b'\n');
+        let mut run = self.run + pieces.next().map_or(0, <[u8]>::len);
+        // rmcp counts the newline: a line of MAX bytes before it is past its bound.
+        let mut over = run >= limits::MAX_LINE_BYTES;
+        for piece in pieces {
+            run = piece.len();
+            over |= run >= limits::MAX_LINE_BYTES;
+        }
+        self.run = run;
+        if over {
+            self.too_long
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                line_too_long_message(),
+            )));
+        }
+        std::task::Poll::Ready(Ok(()))
     }
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // A stdio MCP server that lists its five tools two a page, for the test that the client
-// follows nextCursor (the reference servers answer tools/list in one page).
+// follows nextCursor (the reference servers answer tools/list in one page). A call with
+// `{"size": N}` answers N characters of text, for the bound on one message's line.
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { CallToolRequestSchema, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
@@ -16,7 +17,9 @@ server.setRequestHandler(ListToolsRequestSchema, async (request) => {
   const end = Math.min(start + 2, tools.length);
   return { tools: tools.slice(start, end), ...(end < tools.length ? { nextCursor: String(end) } : {}) };
 });
-server.setRequestHandler(CallToolRequestSchema, async (request) => ({
-  content: [{ type: "text", text: `${request.params.name} ran` }],
-}));
+server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  const size = Number(request.params.arguments?.size ?? 0);
+  const text = size > 0 ? "x".repeat(size) : `${request.params.name} ran`;
+  return { content: [{ type: "text", text }] };
+});
 await server.connect(new StdioServerTransport());
