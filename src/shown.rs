@@ -23,6 +23,21 @@ fn acts(c: char) -> bool {
         | '\u{e0000}'..='\u{e0fff}')
 }
 
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary.
+/// Every cut of a text by bytes goes through here: `String::truncate` inside a character
+/// panics, and a child's error quoting its own bytes cut at byte 200 took its host down
+/// (sandbox round 27 F1).
+pub fn head(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// `text` with every character a terminal would act on written as a visible escape
 /// (`\u{1b}`); line feeds and tabs stay.
 pub fn for_terminal(text: &str) -> Cow<'_, str> {

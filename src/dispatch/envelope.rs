@@ -58,6 +58,11 @@ pub struct Envelope {
     /// An after hook asked the agent loop to stop after this batch.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stop_after_batch: bool,
+    /// Its tool ran (it may have acted): not a call blocked by policy or a hook, or given
+    /// up before its tool started. The host's to know (a client asking again runs what
+    /// ran again), not shown.
+    #[serde(skip)]
+    pub ran: bool,
 }
 
 impl Envelope {
@@ -74,10 +79,7 @@ pub fn bound_text(mut text: String, max: usize) -> String {
         return text;
     }
     let total = text.len();
-    let mut end = max.saturating_sub(96);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = crate::shown::head(&text, max.saturating_sub(96)).len();
     text.truncate(end);
     text.push_str(&format!(
         "\n[result cut: {} of {total} bytes left out]",

@@ -76,6 +76,10 @@ const BRIDGE_FRAME_OVERHEAD: usize = 128;
 /// Bytes a `result` frame may carry beyond its value.
 const RESULT_FRAME_OVERHEAD: usize = 64;
 
+/// Bytes of a guest error's message kept: the runtime's 4,096 UTF-16 units, at most three
+/// bytes each in UTF-8, with room to spare.
+const MAX_ERROR_MESSAGE_BYTES: usize = 16 * 1024;
+
 /// When a run must be over: one instant for the whole of it, from the moment its caller
 /// asked (the wait for a slot, for a child, the run itself), and the time it was given, for
 /// the message. Each stage given the whole timeout again, a 10 s run took 19 s (review 11
@@ -312,9 +316,12 @@ impl Sandbox {
                                 "output-too-large" => "output-too-large",
                                 _ => "code-error",
                             };
+                            // The runtime cuts a message to 4,096 characters; a child
+                            // that did not is held to it here (sandbox round 27 F2: 2 MB).
+                            let said = crate::shown::head(&e.message, MAX_ERROR_MESSAGE_BYTES);
                             let message = match e.line {
-                                Some(line) => format!("{} (line {line})", e.message),
-                                None => e.message,
+                                Some(line) => format!("{said} (line {line})"),
+                                None => said.to_string(),
                             };
                             return Err(SandboxError::new(code, message));
                         }

@@ -155,6 +155,43 @@ async fn the_parent_bounds_the_result_itself() {
     assert_eq!(code_of(&report), "output-too-large", "{report:?}");
 }
 
+/// A frame whose error quotes multi-byte text is a `protocol` error, not a panic of the
+/// host (sandbox round 27 F1: the cut of serde's message at byte 200 fell inside `é`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_frame_quoting_multibyte_text_ends_the_run_as_protocol() {
+    let (report, _) = forged(
+        r#"channel.write('{"type":"' + 'é'.repeat(100) + '"}\n'); setInterval(() => {}, 1000)"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(code_of(&report), "protocol", "{report:?}");
+}
+
+/// A guest error's message is held to the runtime's own bound by the parent too (sandbox
+/// round 27 F2: a forged 2 MB message reached the caller whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parent_bounds_an_error_message_itself() {
+    let (report, _) = forged(
+        r#"channel.write(JSON.stringify({type:'result',ok:false,error:{code:'code-error',message:'é'.repeat(1000000),line:3}})+'\n'); setInterval(() => {}, 1000)"#,
+        Duration::from_secs(20),
+    )
+    .await;
+    let Err(e) = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(e.code, "code-error", "{e}");
+    assert!(
+        e.message.len() <= 16 * 1024 + 32,
+        "{} bytes",
+        e.message.len()
+    );
+    assert!(
+        e.message.ends_with("(line 3)"),
+        "{}",
+        &e.message[e.message.len() - 20..]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_is_read_from_how_the_child_died_not_from_its_stderr() {
     // V8's own words on stderr, then an ordinary exit: not an out-of-memory.

@@ -97,13 +97,8 @@ impl IndexDoc {
                         }
                     }
                     let room = MAX_PARAM_TEXT_BYTES.saturating_sub(bytes);
-                    if text.len() > room {
-                        let mut end = room;
-                        while !text.is_char_boundary(end) {
-                            end -= 1;
-                        }
-                        text.truncate(end);
-                    }
+                    let end = crate::shown::head(&text, room).len();
+                    text.truncate(end);
                     bytes += text.len();
                     out.push((name.clone(), text));
                 }
