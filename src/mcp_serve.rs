@@ -186,6 +186,7 @@ async fn bounded_request(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{Method, StatusCode};
+    use axum::response::IntoResponse;
     let opening = !request.headers().contains_key("mcp-session-id");
     if request.method() == Method::GET {
         if !opening && bounded.streams_full() {
@@ -227,6 +228,20 @@ async fn bounded_request(
             );
         }
     };
+    let bytes = match crate::provider::bounded::mend_lone_surrogates(&bytes) {
+        Some(mended) => axum::body::Bytes::from(mended),
+        None => bytes,
+    };
+    // Not JSON: a JSON-RPC parse error, as MCP's other servers answer (rmcp said 415, which
+    // tells a client its content type was wrong: front round 21 F2).
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        let error = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32700, "message": format!("Parse error: {e}")},
+        });
+        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    }
     let values = crate::provider::bounded::count_values(&bytes);
     if values > MAX_REQUEST_VALUES {
         return refused(
@@ -545,14 +560,23 @@ impl ServerHandler for Handler {
         };
         let run = self.0.runs.fetch_add(1, Ordering::Relaxed) + 1;
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let (text, is_error) = agent
-            .run_tool(
-                &request.name,
-                args,
-                &format!("mcp-{run}"),
-                context.ct.clone(),
-            )
-            .await;
+        // A panic is a bug; its call is still answered, so the client's wait ends and the
+        // places it held (this server's, and a stdio line's) are given back (sandbox round
+        // 27 F1: 64 panicked calls left no place, and the server answered nothing more).
+        let ran = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(agent.run_tool(
+            &request.name,
+            args,
+            &format!("mcp-{run}"),
+            context.ct.clone(),
+        )))
+        .await;
+        let Ok((text, is_error)) = ran else {
+            tracing::error!("mcp serve: a call of `{}` panicked", request.name);
+            return Err(ErrorData::internal_error(
+                "toolsearch failed while running this call (a bug: its log says where)",
+                None,
+            ));
+        };
         let content = vec![ContentBlock::text(text)];
         Ok(if is_error {
             CallToolResult::error(content)

@@ -93,6 +93,36 @@ pub fn holding<S: futures::Stream, H>(stream: S, held: H) -> impl futures::Strea
     })
 }
 
+/// A handler that panics is answered 500, not with a reset connection, and what it held
+/// is given back as it unwinds. A panic is a bug (sandbox round 27 F1: a cut inside a
+/// character), and one request's bug must not look like the server going away.
+async fn caught(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!("a request's handler panicked; answered 500");
+            let body = serde_json::json!({"error": {
+                "type": "server_error",
+                "code": "internal",
+                "message": "toolsearch failed while answering this request (a bug: its log says where)",
+            }});
+            (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(body),
+            )
+                .into_response()
+        }
+    }
+}
+
 /// Serves `app` on `listener` within `limits` until `stop` resolves; then each connection
 /// finishes the request it is answering (for at most [`Limits::grace`]), and this returns
 /// once all are closed. A request `guard` refuses gets its answer and never reaches `app`.
@@ -104,6 +134,7 @@ pub async fn serve(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let guard = Arc::new(guard);
+    let app = app.layer(axum::middleware::from_fn(caught));
     let open = Arc::new(Semaphore::new(limits.connections));
     let idle = Arc::new(Idle::default());
     let stopping = CancellationToken::new();
@@ -840,6 +871,15 @@ mod tests {
                 axum::routing::get(|| async { vec![b'x'; 32 << 20] }),
             )
             .route(
+                "/panic",
+                axum::routing::get(|| async {
+                    if std::hint::black_box(true) {
+                        panic!("a handler's bug");
+                    }
+                    "never"
+                }),
+            )
+            .route(
                 "/hang",
                 axum::routing::get(move || async move {
                     if let Some(h) = hung {
@@ -874,6 +914,24 @@ mod tests {
             get(&mut fine).await
         };
         matches!(tokio::time::timeout(Duration::from_secs(60), asked).await, Ok(a) if a.ends_with("ok"))
+    }
+
+    /// A handler that panics is a 500 with a JSON error, not a reset connection, and the
+    /// server answers on (sandbox round 27 F1).
+    #[tokio::test]
+    async fn a_handler_that_panics_is_answered_500() {
+        let (addr, stop, _) = server(limits(8), None).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /panic HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = client.read_to_string(&mut out).await;
+        assert!(out.starts_with("HTTP/1.1 500"), "{out}");
+        assert!(out.contains("\"server_error\""), "{out}");
+        assert!(answered(addr).await);
+        stop.cancel();
     }
 
     /// A client that leaves while its request is worked on drops the handler, whatever it
