@@ -355,6 +355,12 @@ startup_timeout_ms = 500
 
 /// `toolsearch mcp serve ...` for the SDK client.
 fn sdk_client(args: &[&str], input: Value) -> Value {
+    sdk_client_text(args, &input.to_string())
+}
+
+/// The same with the input as JSON text, which may hold what serde cannot write (a lone
+/// surrogate escape, as JavaScript writes half of a character cut in two).
+fn sdk_client_text(args: &[&str], input: &str) -> Value {
     let mut child = Command::new("node")
         .arg(mcp_dir().join("sdk-client.mjs"))
         .args(args)
@@ -367,7 +373,7 @@ fn sdk_client(args: &[&str], input: Value) -> Value {
         .stdin
         .take()
         .unwrap()
-        .write_all(input.to_string().as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -457,6 +463,60 @@ fn over_stdio_a_request_past_the_bounds_is_answered_with_the_reason() {
     assert!(thrown(1).contains("JSON values"), "{:.400}", thrown(1));
     let results = out["results"].as_array().unwrap();
     check_code_result(&json!({"results": [results[2]]}));
+}
+
+/// A lone surrogate escape (text cut inside a character by a JavaScript client) is read as
+/// U+FFFD, as JavaScript reads it, over stdio and over HTTP; before, serde refused the line
+/// and the call was never answered (front round 21 F1, F2).
+#[test]
+fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
+    let (_dir, config) = setup("");
+    let config_arg = config.display().to_string();
+    let input = r#"{"calls": [{"name": "tool_search_code", "arguments": {"code": "return ['R\ud83d', '\udc00x'].join('|')"}}]}"#;
+    let out = sdk_client_text(
+        &["stdio", BIN, "--config", &config_arg, "mcp", "serve"],
+        input,
+    );
+    let text = out["results"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out}"));
+    let run: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(run["value"], json!("R\u{fffd}|\u{fffd}x"), "{run}");
+
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    block_on(async {
+        let client = reqwest::Client::new();
+        let (status, session) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
+        assert_eq!(status, 200);
+        let session = session.unwrap();
+        let post = |body: &'static str| {
+            client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-session-id", &session)
+                .body(body)
+                .send()
+        };
+        let r = post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        let r = post(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search_code","arguments":{"code":"return 'R\ud83d'"}}}"#)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains(r#"\"value\":\"R\ufffd\""#) || body.contains("R\u{fffd}"),
+            "{body}"
+        );
+        // Not JSON at all: a JSON-RPC parse error under 400, not rmcp's 415.
+        let r = post(r#"{"jsonrpc":"2.0","id":3,"method":"#).await.unwrap();
+        assert_eq!(r.status(), 400);
+        let error: Value = r.json().await.unwrap();
+        assert_eq!(error["error"]["code"], json!(-32700), "{error}");
+    });
 }
 
 #[test]

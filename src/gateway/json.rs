@@ -25,6 +25,9 @@ pub enum Unread {
     Busy(String),
     /// Not JSON, or not a `T` (with the path of the bad value).
     Bad(serde_path_to_error::Error<serde_json::Error>),
+    /// A whole document with more text after it (`{...} trailing`, two bodies in one):
+    /// not a request (front round 21: it was answered as the first).
+    Trailing(String),
 }
 
 /// The JSON values one request may still have parsed.
@@ -102,7 +105,7 @@ impl Budget {
     /// `text` as `T`, within the budget.
     pub fn parse<T: DeserializeOwned>(&mut self, text: &str) -> Result<T, String> {
         self.take(text.as_bytes()).map_err(|e| match e {
-            Unread::Over(m) | Unread::Busy(m) => m,
+            Unread::Over(m) | Unread::Busy(m) | Unread::Trailing(m) => m,
             Unread::Bad(e) => e.to_string(),
         })?;
         serde_json::from_str(text).map_err(|e| e.to_string())
@@ -111,8 +114,12 @@ impl Budget {
     /// `text` as `T` within the budget; a value that is not a `T` is named by its path.
     pub fn parse_at<T: DeserializeOwned>(&mut self, text: &[u8]) -> Result<T, Unread> {
         self.take(text)?;
+        let mended = bounded::mend_lone_surrogates(text);
+        let text = mended.as_deref().unwrap_or(text);
         let mut de = serde_json::Deserializer::from_slice(text);
-        serde_path_to_error::deserialize(&mut de).map_err(Unread::Bad)
+        let value = serde_path_to_error::deserialize(&mut de).map_err(Unread::Bad)?;
+        de.end().map_err(|e| Unread::Trailing(e.to_string()))?;
+        Ok(value)
     }
 
     /// A request body as `T`: malformed JSON, a wrong type or an unknown field is a 400
@@ -124,6 +131,9 @@ impl Budget {
                     return ApiError::bad_request(format!("the body is too intricate: {e}"));
                 }
                 Unread::Busy(e) => return ApiError::too_many(e),
+                Unread::Trailing(e) => {
+                    return ApiError::bad_request(format!("the body is not valid JSON: {e}"));
+                }
                 Unread::Bad(e) => e,
             };
             let path = e.path().to_string();
@@ -162,6 +172,24 @@ mod tests {
             .body::<Value>(many.as_bytes())
             .unwrap_err();
         assert!(e.message.contains("JSON values"), "{}", e.message);
+    }
+
+    /// Text after the body's document is refused (front round 21: `{...} trailing` and two
+    /// bodies in one were answered as the first); a lone surrogate escape, as JavaScript
+    /// writes half a character, is read as U+FFFD, as JavaScript reads it.
+    #[test]
+    fn a_body_is_one_document_and_a_lone_surrogate_is_mended() {
+        for trailing in [
+            &br#"{"input": "x"} trailing"#[..],
+            br#"{"input":"x"}{"input":"y"}"#,
+        ] {
+            let e = Budget::default().body::<Value>(trailing).unwrap_err();
+            assert!(e.message.contains("trailing characters"), "{}", e.message);
+        }
+        let ok: Value = Budget::default()
+            .body(b"{\"input\": \"R\\ud83d\"}  \n")
+            .unwrap();
+        assert_eq!(ok["input"], "R\u{fffd}");
     }
 
     #[test]

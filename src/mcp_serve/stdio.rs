@@ -5,8 +5,9 @@
 //! parse), and only lines within the HTTP front's bounds are passed on to rmcp. A line over
 //! them is answered, not dropped: it becomes a [`REFUSED`] request with the client's id and
 //! the reason, which the handler answers with an `invalid request` error, so the client's
-//! call ends at once with the reason instead of waiting for its timeout. Lines that are not
-//! JSON are passed on, and rmcp ignores them as the official SDKs do (an answer to noise
+//! call ends at once with the reason instead of waiting for its timeout. A lone UTF-16
+//! surrogate escape in a string (JavaScript writes half of a character cut in two that way)
+//! becomes `\ufffd`, as JavaScript would read it. Lines that are not JSON are passed on, and rmcp ignores them as the official SDKs do (an answer to noise
 //! can start an error storm with a peer that echoes).
 
 use serde_json::Value;
@@ -284,6 +285,13 @@ pub fn filtered(
                 return;
             };
             let reason = refusal(&line, total);
+            // A lone surrogate escape made serde refuse the line, which then went
+            // unanswered and the client waited for its timeout (front round 21 F1).
+            if reason.is_none()
+                && let Some(mended) = crate::provider::bounded::mend_lone_surrogates(&line)
+            {
+                line = mended;
+            }
             let reading = match &reason {
                 None => reads(&line),
                 Some(_) => Reads::Nothing,

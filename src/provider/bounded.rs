@@ -56,6 +56,55 @@ pub fn parse(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
+/// `text` with every lone UTF-16 surrogate escape in its strings (`\ud83d` not followed by
+/// a low one, or a low one alone) made `\ufffd`, or `None` when it has none. JavaScript's
+/// `JSON.stringify` writes half of a character cut in two that way, and JavaScript and
+/// Python read it; serde refuses the whole document. The text keeps its length, so bounds
+/// measured before still hold.
+pub fn mend_lone_surrogates(text: &[u8]) -> Option<Vec<u8>> {
+    /// The code unit of a `\uXXXX` escape starting at `at` (the backslash).
+    fn unit(text: &[u8], at: usize) -> Option<u16> {
+        let hex = text.get(at..at + 6)?;
+        if hex[0] != b'\\' || hex[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    }
+    let mut mended: Option<Vec<u8>> = None;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        if !in_string {
+            in_string = b == b'"';
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = false;
+                i += 1;
+            }
+            b'\\' => match unit(text, i) {
+                Some(0xD800..=0xDBFF)
+                    if unit(text, i + 6).is_some_and(|u| (0xDC00..=0xDFFF).contains(&u)) =>
+                {
+                    i += 12
+                }
+                Some(0xD800..=0xDFFF) => {
+                    mended.get_or_insert_with(|| text.to_vec())[i..i + 6]
+                        .copy_from_slice(br"\ufffd");
+                    i += 6;
+                }
+                // Any other escape: its two bytes (a `\uXXXX`'s hex is plain text after).
+                _ => i += 2,
+            },
+            _ => i += 1,
+        }
+    }
+    mended
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +126,51 @@ mod tests {
         assert!(e.contains("JSON values"), "{e}");
         let text = format!("\"{}\"", "x".repeat(1 << 20));
         assert!(parse(&text).is_ok(), "a long string is one value");
+    }
+
+    #[test]
+    fn lone_surrogates_are_mended_and_pairs_and_escaped_backslashes_kept() {
+        let mend =
+            |t: &str| mend_lone_surrogates(t.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(
+            mend(r#"{"a":"R\ud83d"}"#).as_deref(),
+            Some(r#"{"a":"R\ufffd"}"#)
+        );
+        assert_eq!(mend(r#"["\udc00x"]"#).as_deref(), Some(r#"["\ufffdx"]"#));
+        assert_eq!(mend(r#"["\ud83d\ude00"]"#), None);
+        assert_eq!(mend(r#"["\\ud83d", "\u00e9"]"#), None);
+        assert_eq!(
+            mend(r#"{"\ud800": 1}"#).as_deref(),
+            Some(r#"{"\ufffd": 1}"#)
+        );
+        // Outside strings nothing is touched (the parser refuses it as it was).
+        assert_eq!(mend(r#"\ud800"#), None);
+    }
+
+    proptest::proptest! {
+        /// Any UTF-16 text, written as `JSON.stringify` writes it (a surrogate as an escape),
+        /// reads after mending as JavaScript's lossy reading of it.
+        #[test]
+        fn mended_text_reads_as_javascript_reads_it(
+            units in proptest::collection::vec(
+                proptest::prop_oneof![0xD7F0u16..0xE010, 0x20u16..0x80],
+                0..24,
+            ),
+        ) {
+            let mut json = String::from("\"");
+            for u in &units {
+                match char::from_u32(u32::from(*u)) {
+                    Some('"') => json.push_str("\\\""),
+                    Some('\\') => json.push_str("\\\\"),
+                    Some(c) => json.push(c),
+                    None => json.push_str(&format!("\\u{u:04x}")),
+                }
+            }
+            json.push('"');
+            let text = mend_lone_surrogates(json.as_bytes()).unwrap_or_else(|| json.clone().into_bytes());
+            proptest::prop_assert_eq!(text.len(), json.len());
+            let read: String = serde_json::from_slice(&text).unwrap();
+            proptest::prop_assert_eq!(read, String::from_utf16_lossy(&units));
+        }
     }
 }

@@ -88,6 +88,12 @@ impl MockProvider {
                     format!("the request body is not valid JSON: {e}"),
                 );
             }
+            Err(Unread::Trailing(e)) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not valid JSON: {e}"),
+                );
+            }
         };
         if let Err(message) = self.record(&request) {
             tracing::error!("{message}");

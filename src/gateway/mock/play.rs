@@ -124,7 +124,7 @@ impl Scenario {
         };
         let scenario: Scenario = Budget::default().parse_at(text.as_bytes()).map_err(|e| {
             let e = match e {
-                Unread::Over(e) | Unread::Busy(e) => {
+                Unread::Over(e) | Unread::Busy(e) | Unread::Trailing(e) => {
                     return bad(format!("not a valid scenario: {e}"));
                 }
                 Unread::Bad(e) => e,
