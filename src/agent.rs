@@ -306,6 +306,10 @@ struct Outcome {
     tool_id: Option<String>,
     /// A client tool: not run here, handed back to the client.
     client: bool,
+    /// A tool ran for it, which may have acted: what makes a failed turn's client told
+    /// not to ask again (front round 21 F3: 16 calls refused for bad arguments were said to
+    /// have run).
+    ran: bool,
 }
 
 impl Outcome {
@@ -317,6 +321,7 @@ impl Outcome {
             stop_after_batch: false,
             tool_id: None,
             client: false,
+            ran: false,
         }
     }
 
@@ -328,6 +333,7 @@ impl Outcome {
             stop_after_batch: false,
             tool_id: None,
             client: false,
+            ran: false,
         }
     }
 }
@@ -687,7 +693,9 @@ impl Agent {
                 if o.client {
                     continue;
                 }
-                so_far.calls_run += 1;
+                if o.ran {
+                    so_far.calls_run += 1;
+                }
                 calls.push(CallRecord {
                     round,
                     name: call.name.clone(),
@@ -1060,7 +1068,11 @@ impl Agent {
                 )
                 .await;
                 let ok = result.is_ok();
-                Outcome::json(&result, !ok)
+                // Whatever its outcome, the body may have called tools that acted.
+                Outcome {
+                    ran: true,
+                    ..Outcome::json(&result, !ok)
+                }
             }
             surface::TOOL_SEARCH => match search_args(&call.arguments) {
                 Ok(SearchArgs::One(q, limit)) => match d.search(&q, limit) {
@@ -1111,6 +1123,7 @@ impl Agent {
                 is_error: envelope.result.is_error,
                 tool_id: Some(envelope.tool.id.clone()),
                 client: false,
+                ran: envelope.ran,
                 text: serde_json::to_string(&envelope.for_model()).unwrap_or_default(),
             },
             Err(e) => Outcome::error(e.to_string()),

@@ -747,6 +747,36 @@ async fn a_conversation_grown_past_the_bound_fails_the_turn() {
     );
 }
 
+/// A model that calls a tool with arguments its schema refuses, every round.
+struct Refused;
+
+impl Model for Refused {
+    fn respond<'a>(&'a self, _: &'a ModelRequest) -> ModelFuture<'a> {
+        Box::pin(async { Ok(calls(&[("create_issue", json!({"title": 5}))])) })
+    }
+}
+
+/// Calls refused before their tool ran are not calls that ran: a turn that hit its round
+/// limit with only those says nothing of calls, and may be asked again (front round 21 F3:
+/// "after 16 tool calls of this turn ran" for calls refused for their arguments).
+#[tokio::test]
+async fn calls_refused_before_their_tool_ran_are_not_counted_as_run() {
+    let (a, _) = agent(Mode::Direct);
+    let e = a
+        .run_turn(
+            &Refused,
+            "system",
+            user("do it"),
+            TurnOptions::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "round-limit", "{e}");
+    assert_eq!(e.calls_run(), 0, "{e}");
+    assert!(!e.to_string().contains("asking again"), "{e}");
+}
+
 /// A model that notes how many hold each round's conversation, and calls a tool twice.
 struct Sharing(Mutex<Vec<usize>>);
 

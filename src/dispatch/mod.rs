@@ -455,7 +455,7 @@ impl Dispatcher {
                 Value::Null,
                 true,
             );
-            return Ok(self.aborted(&mut unlogged, call_id, not_run));
+            return Ok(self.aborted(&mut unlogged, call_id, not_run, false));
         }
         unlogged.stage = "executor";
         let output = self
@@ -474,7 +474,7 @@ impl Dispatcher {
         // (the executor ending on the cancel, or the call being dropped); by the executor's
         // own error, a loaded machine logged the same call as `tool-error`.
         if request.cancel.is_cancelled() {
-            return Ok(self.aborted(&mut unlogged, call_id, result));
+            return Ok(self.aborted(&mut unlogged, call_id, result, true));
         }
 
         unlogged.stage = "after-hooks";
@@ -528,6 +528,7 @@ impl Dispatcher {
             call_id,
             result,
             stop_after_batch,
+            ran: true,
         })
     }
 
@@ -562,6 +563,7 @@ impl Dispatcher {
             call_id,
             result,
             stop_after_batch: false,
+            ran: false,
         }
     }
 
@@ -569,7 +571,13 @@ impl Dispatcher {
     /// (its approval, its hooks or its tool may have run), with the stage it reached.
     /// A call whose caller stopped waiting, logged `aborted` once, with `result` (the
     /// tool's, or why it did not run).
-    fn aborted(&self, guard: &mut Unlogged<'_>, call_id: String, result: ToolResult) -> Envelope {
+    fn aborted(
+        &self,
+        guard: &mut Unlogged<'_>,
+        call_id: String,
+        result: ToolResult,
+        ran: bool,
+    ) -> Envelope {
         guard.armed = false;
         self.log_aborted(guard);
         Envelope {
@@ -577,6 +585,7 @@ impl Dispatcher {
             call_id,
             result,
             stop_after_batch: false,
+            ran,
         }
     }
 
