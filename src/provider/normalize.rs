@@ -608,8 +608,12 @@ pub struct StreamAssembler {
     by_index: HashMap<u64, usize>,
     /// Responses: item `id` -> call; Chat: call `id` -> call (fragments without an index).
     by_item: HashMap<String, usize>,
-    /// Anthropic: content blocks that are not `tool_use`, whose deltas are not ours.
-    ignored_blocks: HashSet<u64>,
+    /// Anthropic: the type of each content block started, by index.
+    blocks: HashMap<u64, String>,
+    /// Responses: the `message` items added, by id and by output index, which alone may
+    /// carry text.
+    text_items: HashSet<String>,
+    text_indexes: HashSet<u64>,
 }
 
 /// One call being assembled.
@@ -637,7 +641,9 @@ impl StreamAssembler {
             calls: Vec::new(),
             by_index: HashMap::new(),
             by_item: HashMap::new(),
-            ignored_blocks: HashSet::new(),
+            blocks: HashMap::new(),
+            text_items: HashSet::new(),
+            text_indexes: HashSet::new(),
         }
     }
 
@@ -799,11 +805,16 @@ impl StreamAssembler {
                 let Some(item) = obj.get("item").and_then(Value::as_object) else {
                     return Err(bad(provider, &format!("`{kind}` has no `item` object")));
                 };
+                let item_id = usable_id(item.get("id"));
+                let output_index = obj.get("output_index").and_then(Value::as_u64);
+                if item.get("type").and_then(Value::as_str) == Some("message") {
+                    self.text_items.extend(item_id);
+                    self.text_indexes.extend(output_index);
+                    return Ok(());
+                }
                 if item.get("type").and_then(Value::as_str) != Some("function_call") {
                     return Ok(());
                 }
-                let item_id = usable_id(item.get("id"));
-                let output_index = obj.get("output_index").and_then(Value::as_u64);
                 // An item added is a new call, whatever id it reuses: found by its id, a
                 // second call sharing the first's was merged into it and lost (front
                 // round 10 F5). Its deltas and its end go to the newest of that id.
@@ -873,6 +884,31 @@ impl StreamAssembler {
                 }
                 Ok(())
             }
+            // Text in a call's item, or in an item never added while message items were:
+            // it was passed on as the answer's (front round 21 F4), and the official SDKs'
+            // stream helpers refuse such a stream. A server that adds no items at all (a
+            // minimal emulation of the API) still has its text read.
+            "response.output_text.delta" | "response.output_text.done" => {
+                let item_id = obj.get("item_id").and_then(Value::as_str);
+                let output_index = obj.get("output_index").and_then(Value::as_u64);
+                let known = match item_id {
+                    Some(id) => self.text_items.contains(id),
+                    None => output_index.is_some_and(|i| self.text_indexes.contains(&i)),
+                };
+                let a_call = self.responses_call(item_id, output_index).is_some();
+                let none_added = self.text_items.is_empty() && self.text_indexes.is_empty();
+                if known || (none_added && !a_call) {
+                    return Ok(());
+                }
+                Err(bad(
+                    provider,
+                    &format!(
+                        "`{kind}` for a message item that was never added (item_id {}, output_index {})",
+                        item_id.unwrap_or("none"),
+                        output_index.map_or("none".to_string(), |i| i.to_string())
+                    ),
+                ))
+            }
             kind if closes_responses(kind) => {
                 if let Some(response) = obj.get("response").and_then(Value::as_object) {
                     unfinished_response(response)?;
@@ -930,6 +966,10 @@ impl StreamAssembler {
         let provider = self.provider;
         let kind = obj.get("type").and_then(Value::as_str).unwrap_or_default();
         match kind {
+            // Every delta in a block that started, of a kind that block holds, and every
+            // block started once: text in a `tool_use` block, a delta of a block never
+            // started, or a second start of one index was passed on as text or taken for a
+            // second call (front round 21 F4).
             "content_block_start" => {
                 let index = block_index(provider, obj, kind)?;
                 let Some(block) = obj.get("content_block").and_then(Value::as_object) else {
@@ -938,8 +978,14 @@ impl StreamAssembler {
                         "`content_block_start` has no `content_block`",
                     ));
                 };
-                if block.get("type").and_then(Value::as_str) != Some("tool_use") {
-                    self.ignored_blocks.insert(index);
+                let block_type = str_field(Some(block), "type");
+                if self.blocks.insert(index, block_type.clone()).is_some() {
+                    return Err(bad(
+                        provider,
+                        &format!("content block {index} started twice"),
+                    ));
+                }
+                if block_type != "tool_use" {
                     return Ok(());
                 }
                 let at = self.new_call()?;
@@ -955,23 +1001,32 @@ impl StreamAssembler {
                 let Some(delta) = obj.get("delta").and_then(Value::as_object) else {
                     return Err(bad(provider, "`content_block_delta` has no `delta`"));
                 };
-                if delta.get("type").and_then(Value::as_str) != Some("input_json_delta") {
-                    return Ok(());
-                }
-                match self.by_index.get(&index) {
-                    Some(&at) => {
-                        if let Some(fragment) = delta.get("partial_json").and_then(Value::as_str) {
+                let delta_type = delta.get("type").and_then(Value::as_str).unwrap_or("");
+                let Some(block_type) = self.blocks.get(&index) else {
+                    return Err(bad(
+                        provider,
+                        &format!("`{delta_type}` for content block {index}, which never started"),
+                    ));
+                };
+                match (delta_type, block_type.as_str()) {
+                    ("input_json_delta", "tool_use") => {
+                        if let (Some(&at), Some(fragment)) = (
+                            self.by_index.get(&index),
+                            delta.get("partial_json").and_then(Value::as_str),
+                        ) {
                             self.calls[at].text.push_str(fragment);
                         }
                         Ok(())
                     }
-                    None if self.ignored_blocks.contains(&index) => Ok(()),
-                    None => Err(bad(
+                    ("text_delta", block) if block != "text" => Err(bad(
                         provider,
-                        &format!(
-                            "`input_json_delta` for content block {index}, which never started"
-                        ),
+                        &format!("`text_delta` in content block {index}, a `{block}` block"),
                     )),
+                    ("input_json_delta", "text") => Err(bad(
+                        provider,
+                        &format!("`input_json_delta` in content block {index}, a `text` block"),
+                    )),
+                    _ => Ok(()),
                 }
             }
             "error" => Err(ProviderError::Upstream(

@@ -2030,3 +2030,65 @@ fn an_empty_finish_reason_does_not_end_a_stream() {
         Some(&chunk("stop"))
     ));
 }
+
+/// Stream events are read by one rule: text only where text may be, deltas only in what
+/// started, a block started once (front round 21 F4: a delta of an Anthropic block never
+/// started, text in a `tool_use` block and text of a Responses item never added were passed
+/// on as the answer's, and a second start of one index became a second call).
+#[test]
+fn stream_events_out_of_place_are_refused() {
+    let refused = |provider: Provider, events: &[Value]| {
+        let mut assembler = StreamAssembler::new(provider);
+        events
+            .iter()
+            .map(|e| assembler.push(e))
+            .find_map(Result::err)
+            .map(|e| e.to_string())
+    };
+    let text_block = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
+    let tool_block = json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}});
+    let text = |i: u64| json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": "ghost"}});
+    let args = |i: u64| json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": "{}"}});
+    let anthropic = Provider::Anthropic;
+    assert_eq!(
+        refused(
+            anthropic,
+            &[text_block.clone(), text(0), tool_block.clone(), args(1)]
+        ),
+        None
+    );
+    for (events, says) in [
+        (vec![text_block.clone(), text(4)], "never started"),
+        (vec![tool_block.clone(), text(1)], "a `tool_use` block"),
+        (vec![text_block.clone(), args(0)], "a `text` block"),
+        (
+            vec![tool_block.clone(), tool_block.clone()],
+            "started twice",
+        ),
+    ] {
+        let e = refused(anthropic, &events).unwrap_or_else(|| panic!("{events:?} was read"));
+        assert!(e.contains(says), "{e}");
+    }
+    // A thinking block's deltas are its own.
+    let thinking = json!({"type": "content_block_start", "index": 2, "content_block": {"type": "thinking", "thinking": ""}});
+    let signature = json!({"type": "content_block_delta", "index": 2, "delta": {"type": "signature_delta", "signature": "s"}});
+    assert_eq!(refused(anthropic, &[thinking, signature]), None);
+
+    let responses = Provider::OpenaiResponses;
+    let message = json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1"}});
+    let function = json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}});
+    let delta = |item: &str, index: u64| json!({"type": "response.output_text.delta", "item_id": item, "output_index": index, "delta": "AAA"});
+    assert_eq!(
+        refused(responses, &[message.clone(), delta("msg_1", 0)]),
+        None
+    );
+    // A server that adds no items at all still has its text read.
+    assert_eq!(refused(responses, &[delta("msg_9", 3)]), None);
+    for events in [
+        vec![message.clone(), delta("msg_9", 3)],
+        vec![function.clone(), delta("fc_1", 1)],
+    ] {
+        let e = refused(responses, &events).unwrap_or_else(|| panic!("{events:?} was read"));
+        assert!(e.contains("never added"), "{e}");
+    }
+}
