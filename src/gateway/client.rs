@@ -925,6 +925,21 @@ mod tests {
         assert_eq!(retry_after_s("soon"), None);
     }
 
+    /// A request's empty model name is none: the configured model is sent (front round 21).
+    #[test]
+    fn an_empty_model_name_leaves_the_configured_one() {
+        let model = HttpModel::new(&ProviderConfig {
+            model: "configured".into(),
+            ..ProviderConfig::default()
+        })
+        .unwrap();
+        let mut request = ask(false);
+        std::sync::Arc::make_mut(&mut request.options).model = Some(String::new());
+        assert_eq!(model.body(&request)["model"], "configured");
+        std::sync::Arc::make_mut(&mut request.options).model = Some("asked".into());
+        assert_eq!(model.body(&request)["model"], "asked");
+    }
+
     #[test]
     fn backoff_doubles_and_is_capped() {
         assert_eq!(backoff(1, None), Duration::from_millis(100));

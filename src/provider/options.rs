@@ -94,7 +94,12 @@ pub fn apply(provider: Provider, body: &mut Value, options: &RequestOptions, nam
     };
     let o = options;
     if provider != Provider::Google {
-        put("model", o.model.as_ref().map(|m| json!(m)));
+        // An empty name is none: the configured model answers (front round 21: `""` was
+        // sent on, and the provider refused it).
+        put(
+            "model",
+            o.model.as_ref().filter(|m| !m.is_empty()).map(|m| json!(m)),
+        );
     }
     match provider {
         Provider::OpenaiResponses => {
