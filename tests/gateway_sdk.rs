@@ -362,7 +362,8 @@ mod gateway_support;
 
 /// The SDK retries a gateway's 5xx on its own, which is right before anything ran and
 /// wrong once the turn's tools have: a later round's failure ran every tool of the turn
-/// again on each retry. After tools ran, the gateway's error says `x-should-retry: false`,
+/// again on each retry. (A tool that ran, through `tool_call`: a search acts on nothing,
+/// and a turn of searches may be asked again.) After tools ran, the gateway's error says `x-should-retry: false`,
 /// the header the SDK obeys over its own rule.
 #[test]
 fn the_sdk_does_not_retry_a_turn_whose_tools_ran() {
@@ -374,7 +375,7 @@ fn the_sdk_does_not_retry_a_turn_whose_tools_ran() {
             if tools_first && !body.to_string().contains("function_call_output") {
                 return Reply::json(
                     200,
-                    &json!({"output": [{"type": "function_call", "call_id": "c1", "name": "tool_search", "arguments": "{\"query\": \"issue\"}"}]}),
+                    &json!({"output": [{"type": "function_call", "call_id": "c1", "name": "tool_call", "arguments": "{\"id\": \"create_issue\", \"args\": {\"title\": \"x\"}}"}]}),
                 );
             }
             Reply::json(
