@@ -493,20 +493,26 @@ pub fn trusted_file(path: &Path, meta: &fs::Metadata) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a file of a prepared folder whole, if it is [`trusted_file`] and at most `max`
-/// bytes. Opened without following a link and without blocking, and checked on the open
-/// file, so a link, a FIFO or a device put in its place is refused, not read or waited on.
-pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
+/// Opens a file of a prepared folder, if it is [`trusted_file`]: without following a link
+/// and without blocking, and checked on the open file, so a link, a FIFO or a device put in
+/// its place is refused, not read or waited on.
+pub fn open_trusted(path: &Path) -> Result<(fs::File, fs::Metadata), String> {
     let file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let meta = file
         .metadata()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     trusted_file(path, &meta)?;
+    Ok((file, meta))
+}
+
+/// Reads a file of a prepared folder whole ([`open_trusted`]), if it is at most `max` bytes.
+pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let (file, meta) = open_trusted(path)?;
     if meta.len() > max {
         return Err(format!(
             "{} is {} bytes, over {max}",

@@ -120,4 +120,40 @@ fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {
     let fresh = next.snapshot().expect("the snapshot built again");
     assert!(std::fs::read(fresh).unwrap().iter().any(|b| *b != 0));
     assert_eq!(run_on(&next).expect("a run")[0], json!("x"));
+
+    // Something else put at the blob's path under a running host — a link (whose target a
+    // child's Landlock rule was made from, so a link to `/` let every later child read the
+    // whole filesystem), a FIFO (Node waited on it to the startup timeout, every run), a
+    // folder: never started from; the host goes inline at once and takes it away (sandbox
+    // round 28 F1, F2, F5).
+    drop(next);
+    let fifo = |p: &std::path::Path| {
+        let status = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    for kind in ["link", "fifo", "folder"] {
+        let sandbox = host();
+        let blob = sandbox.snapshot().expect("a snapshot").to_path_buf();
+        std::fs::remove_file(&blob).unwrap();
+        match kind {
+            "link" => std::os::unix::fs::symlink("/", &blob).unwrap(),
+            "fifo" => fifo(&blob),
+            _ => std::fs::create_dir(&blob).unwrap(),
+        }
+        // (A FIFO ended the run as `timeout`, at the startup timeout.)
+        assert_eq!(run_on(&sandbox).expect(kind)[0], json!("x"), "{kind}");
+        assert_eq!(sandbox.snapshot(), None, "{kind} still used");
+        assert!(
+            std::fs::symlink_metadata(&blob).is_err(),
+            "{kind} left in the cache"
+        );
+        let names: Vec<String> = std::fs::read_dir(blob.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with(".aside")), "{names:?}");
+    }
 }

@@ -12,7 +12,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 use seccompiler::{
@@ -228,11 +228,6 @@ impl Plan {
         }
     }
 
-    /// Lets the child read `path` too (the startup snapshot, which Node reads after exec).
-    pub fn allow_read(&mut self, path: &Path) {
-        self.landlock_paths.push(path.to_path_buf());
-    }
-
     /// Marks a barrier as not applied, with the reason (after a spawn showed the host
     /// refuses it).
     pub fn disable(&mut self, name: Barrier, why: String) {
@@ -251,12 +246,22 @@ impl Plan {
     /// Everything for one spawn. Allocates: call before the fork. A Landlock ruleset that
     /// cannot be built now fails the spawn: the barrier was calibrated as applied, and a
     /// child must not silently start without it.
-    pub fn prepare(&self, cpu_seconds: u64) -> Result<Prepared, String> {
+    ///
+    /// `blob` is the startup snapshot this child starts from, opened by the caller: the
+    /// child may read that file, the inode it opened and nothing else by its name. A rule
+    /// made from the path was opened again at each spawn, following links, so a link put
+    /// at the blob's path made every later child's rule allow the whole filesystem
+    /// (sandbox round 28 F1).
+    pub fn prepare(
+        &self,
+        cpu_seconds: u64,
+        blob: Option<&std::fs::File>,
+    ) -> Result<Prepared, String> {
         let b = &self.policy.barriers;
         let r = &self.policy.rlimits;
         let landlock = if self.is_applied(Barrier::Landlock) {
             Some(
-                self.ruleset()
+                self.ruleset(blob)
                     .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?,
             )
         } else {
@@ -301,7 +306,10 @@ impl Plan {
         })
     }
 
-    fn ruleset(&self) -> Result<RulesetCreated, landlock::RulesetError> {
+    fn ruleset(
+        &self,
+        blob: Option<&std::fs::File>,
+    ) -> Result<RulesetCreated, landlock::RulesetError> {
         let abi = match self.landlock_abi {
             1 => ABI::V1,
             2 => ABI::V2,
@@ -319,10 +327,17 @@ impl Plan {
         if self.landlock_abi >= 6 {
             ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
         }
-        ruleset.create()?.add_rules(path_beneath_rules(
+        let created = ruleset.create()?.add_rules(path_beneath_rules(
             &self.landlock_paths,
             AccessFs::from_read(abi),
-        ))
+        ))?;
+        match blob {
+            Some(file) => created.add_rule(PathBeneath::new(
+                file,
+                AccessFs::from_read(abi) & AccessFs::from_file(abi),
+            )),
+            None => Ok(created),
+        }
     }
 }
 

@@ -118,9 +118,6 @@ impl Sandbox {
             calibrated_from_cache: false,
             runs: Arc::new(Semaphore::new(policy_runs)),
         };
-        if let Some(blob) = &sandbox.snapshot {
-            sandbox.plan.allow_read(blob);
-        }
         if let Some((dir, key)) = &sandbox.calibration
             && cache::load(dir, "calibration", key, &sandbox.node.path).as_ref()
                 == Some(&sandbox.node)
@@ -156,12 +153,16 @@ impl Sandbox {
             message,
             slow: false,
         };
-        let entry = match (&self.snapshot, snapshot) {
-            (Some(blob), true) => Entry::Snapshot(blob),
-            _ => Entry::Inline(RUNTIME_JS, &[]),
+        let file = match (&self.snapshot, snapshot) {
+            (Some(blob), true) => Some(super::snapshot::open(blob).map_err(failed)?),
+            _ => None,
+        };
+        let (entry, blob) = match (&self.snapshot, &file) {
+            (Some(blob), Some(file)) => (Entry::Snapshot(blob, file), Some(file)),
+            _ => (Entry::Inline(RUNTIME_JS, &[]), None),
         };
         let (mut cmd, parent, child_end) = self
-            .command(entry, plan.prepare(5).map_err(failed)?)
+            .command(entry, plan.prepare(5, blob).map_err(failed)?)
             .map_err(|e| failed(e.to_string()))?;
         let mut process = cmd.spawn().map_err(|e| failed(e.to_string()))?;
         drop(child_end);
@@ -249,9 +250,6 @@ impl Sandbox {
                 continue;
             }
             let mut trial = Plan::new(&self.policy, &self.node.path);
-            if let Some(blob) = &self.snapshot {
-                trial.allow_read(blob);
-            }
             for s in &self.plan.statuses {
                 if !s.applied {
                     trial.disable(s.name, s.detail.clone());

@@ -209,6 +209,14 @@ fn build(
     result
 }
 
+/// The blob at `path`, opened for one child's start: a regular file of this user that
+/// others cannot write, opened without following a link or waiting (a FIFO put there held
+/// every later start of a running host to its startup timeout: sandbox round 28 F2). The
+/// child's Landlock rule is made from this handle.
+pub fn open(path: &Path) -> Result<fs::File, String> {
+    crate::cache::open_trusted(path).map(|(file, _)| file)
+}
+
 /// Sets aside a blob Node refused where an inline start worked (damaged in a way its length
 /// does not show), so the next host builds it again instead of every host paying a failed
 /// start for it (review 25 F2).
@@ -223,7 +231,12 @@ fn set_aside(blob: &Path) {
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let aside = blob.with_file_name(format!(".aside-{}-{n}", std::process::id()));
     if fs::rename(blob, &aside).is_ok() {
-        let _ = fs::remove_file(&aside);
+        // A folder put in its place goes too (sandbox round 28: one was left for good);
+        // `remove_dir_all` follows no link.
+        let _ = match fs::symlink_metadata(&aside) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&aside),
+            _ => fs::remove_file(&aside),
+        };
     }
 }
 

@@ -25,8 +25,9 @@ use crate::process::{Leader, StderrTail};
 pub(super) enum Entry<'a> {
     /// A script given with `-e`, and its arguments.
     Inline(&'a str, &'a [String]),
-    /// The runtime's startup snapshot.
-    Snapshot(&'a Path),
+    /// The runtime's startup snapshot, by its path and as opened for this start (the
+    /// child may read that file only: [`super::barriers::Plan::prepare`]).
+    Snapshot(&'a Path, &'a std::fs::File),
 }
 
 /// A spawned child, ready to take one run. Dropping it kills its group.
@@ -105,7 +106,21 @@ impl Sandbox {
         let Some(blob) = self.snapshot() else {
             return inline().await;
         };
-        match self.spawn_ready(Entry::Snapshot(blob), timeout).await {
+        let file = match super::snapshot::open(blob) {
+            Ok(file) => file,
+            Err(why) => {
+                // Gone, or not a blob any more (a FIFO, a folder, a link): never started
+                // from, and the host goes inline now.
+                let e = SandboxError::new("child-exited", why);
+                self.snapshot_failures.store(1, Ordering::Relaxed);
+                self.snapshot_refused_once(blob, &e);
+                return inline().await;
+            }
+        };
+        match self
+            .spawn_ready(Entry::Snapshot(blob, &file), timeout)
+            .await
+        {
             Ok(child) => {
                 self.snapshot_failures.store(0, Ordering::Relaxed);
                 Ok(child)
@@ -198,9 +213,13 @@ impl Sandbox {
         // deadline. The parent's kill at the deadline is the real limit; this one only
         // matters if the parent is alive but somehow failed to kill.
         let cpu_seconds = timeout.as_secs() * 8 + 1;
+        let blob = match &entry {
+            Entry::Snapshot(_, file) => Some(*file),
+            Entry::Inline(..) => None,
+        };
         let prepared = self
             .plan
-            .prepare(cpu_seconds)
+            .prepare(cpu_seconds, blob)
             .map_err(|e| SandboxError::new("unavailable", e))?;
         let (cmd, parent, child_end) = self
             .command(entry, prepared)
@@ -245,7 +264,7 @@ impl Sandbox {
         cmd.args(&self.args);
         match entry {
             Entry::Inline(script, script_args) => cmd.arg("-e").arg(script).args(script_args),
-            Entry::Snapshot(blob) => cmd.arg("--snapshot-blob").arg(blob),
+            Entry::Snapshot(blob, _) => cmd.arg("--snapshot-blob").arg(blob),
         };
         cmd.env_clear()
             .current_dir(empty_dir().map_err(std::io::Error::other)?)
