@@ -108,7 +108,7 @@ impl Budget {
             Unread::Over(m) | Unread::Busy(m) | Unread::Trailing(m) => m,
             Unread::Bad(e) => e.to_string(),
         })?;
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        bounded::read(text).map_err(|e| e.to_string())
     }
 
     /// `text` as `T` within the budget; a value that is not a `T` is named by its path.
@@ -190,6 +190,9 @@ mod tests {
             .body(b"{\"input\": \"R\\ud83d\"}  \n")
             .unwrap();
         assert_eq!(ok["input"], "R\u{fffd}");
+        // A text parsed on its own (a call's `arguments` string) too (front round 22 F2).
+        let args: Value = Budget::default().parse(r#"{"q": "\ud83d"}"#).unwrap();
+        assert_eq!(args["q"], "\u{fffd}");
     }
 
     #[test]

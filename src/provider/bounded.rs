@@ -53,7 +53,18 @@ pub fn check(text: &[u8], max: usize) -> Result<(), String> {
 /// `text` parsed, when it holds at most [`MAX_JSON_VALUES`] values.
 pub fn parse(text: &str) -> Result<Value, String> {
     check(text.as_bytes(), MAX_JSON_VALUES)?;
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    read(text).map_err(|e| e.to_string())
+}
+
+/// `text` as `T`, its lone surrogate escapes read as U+FFFD ([`mend_lone_surrogates`]):
+/// what a JavaScript client, proxy or provider writes, everywhere a text from outside is
+/// parsed (front round 22 F2: a call's `arguments` string, parsed on its own, still
+/// refused them).
+pub fn read<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    match mend_lone_surrogates(text.as_bytes()) {
+        Some(mended) => serde_json::from_slice(&mended),
+        None => serde_json::from_str(text),
+    }
 }
 
 /// `text` with every lone UTF-16 surrogate escape in its strings (`\ud83d` not followed by

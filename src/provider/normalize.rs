@@ -394,7 +394,7 @@ fn parse_arguments(tool: &str, raw: RawArgs) -> Result<Value, ProviderError> {
             if text.trim().is_empty() {
                 return Ok(Value::Object(Map::new()));
             }
-            match serde_json::from_str::<Value>(&text) {
+            match super::bounded::read::<Value>(&text) {
                 Ok(Value::Object(map)) => return Ok(Value::Object(map)),
                 Ok(Value::Null) => return Ok(Value::Object(Map::new())),
                 Ok(other) => {
@@ -474,7 +474,7 @@ pub fn parse_sse(text: &str) -> Vec<Value> {
             Ok(values) => values,
             Err(_) => data
                 .lines()
-                .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+                .filter_map(|line| super::bounded::read::<Value>(line.trim()).ok())
                 .collect(),
         })
         .collect()
@@ -490,14 +490,14 @@ pub fn event_values(data: &str) -> Result<Vec<Value>, String> {
     if data.is_empty() || data == "[DONE]" {
         return Ok(Vec::new());
     }
-    if let Ok(value) = serde_json::from_str::<Value>(data) {
+    if let Ok(value) = super::bounded::read::<Value>(data) {
         return Ok(vec![value]);
     }
     data.lines()
         .map(str::trim)
         .filter(|line| !line.is_empty())
         .map(|line| {
-            serde_json::from_str::<Value>(line).map_err(|e| {
+            super::bounded::read::<Value>(line).map_err(|e| {
                 let shown: String = line.chars().take(80).collect();
                 format!("an event that is not JSON ({e}): {shown}")
             })
@@ -891,10 +891,10 @@ impl StreamAssembler {
             "response.output_text.delta" | "response.output_text.done" => {
                 let item_id = obj.get("item_id").and_then(Value::as_str);
                 let output_index = obj.get("output_index").and_then(Value::as_u64);
-                let known = match item_id {
-                    Some(id) => self.text_items.contains(id),
-                    None => output_index.is_some_and(|i| self.text_indexes.contains(&i)),
-                };
+                // By id, or by index for a message item added without one (front round
+                // 22: such an item's deltas, naming an id, were refused).
+                let known = item_id.is_some_and(|id| self.text_items.contains(id))
+                    || output_index.is_some_and(|i| self.text_indexes.contains(&i));
                 let a_call = self.responses_call(item_id, output_index).is_some();
                 let none_added = self.text_items.is_empty() && self.text_indexes.is_empty();
                 if known || (none_added && !a_call) {
@@ -1326,6 +1326,11 @@ pub struct StreamEnding {
     refusal_closing: String,
     /// A Responses stream's closing object's notes, used when its events gave none.
     notes_closing: Notes,
+    /// A Responses stream's text parts (item, output index, content index) that deltas or
+    /// annotations named: notes are kept from an answer of one part only, whose offsets are
+    /// the text's (front round 22 F3: a second item's citation kept its offsets into the
+    /// whole text, marking the first item's words).
+    text_parts: HashSet<(String, u64, u64)>,
 }
 
 impl StreamEnding {
@@ -1371,11 +1376,13 @@ impl StreamEnding {
                     }
                 }
                 Some("response.output_text.delta") => {
+                    self.text_parts.insert(text_part(event));
                     if let Some(tokens) = event.get("logprobs").and_then(Value::as_array) {
                         e.notes.logprobs.extend(tokens.iter().cloned());
                     }
                 }
                 Some("response.output_text.annotation.added") => {
+                    self.text_parts.insert(text_part(event));
                     if let Some(found) = event.get("annotation") {
                         e.notes.annotations.push(found.clone());
                     }
@@ -1411,11 +1418,25 @@ impl StreamEnding {
                 self.ending.refusal = later;
             }
         }
+        if self.text_parts.len() > 1 {
+            self.ending.notes = Notes::default();
+        }
         if self.ending.notes.is_empty() {
             self.ending.notes = self.notes_closing;
         }
         self.ending
     }
+}
+
+/// The text part a Responses stream event names.
+fn text_part(event: &Value) -> (String, u64, u64) {
+    let number = |key: &str| event.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let item = event.get("item_id").and_then(Value::as_str).unwrap_or("");
+    (
+        item.to_string(),
+        number("output_index"),
+        number("content_index"),
+    )
 }
 
 /// The piece of the answer's text one stream event carries, if any: Chat

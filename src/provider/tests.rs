@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::normalize::{StreamAssembler, parse_sse, tool_calls};
+use super::normalize::{StreamAssembler, StreamEnding, parse_sse, tool_calls};
 use super::payload::{request_body, summary, tool_bytes, tools_part};
 use super::schema::{MAX_SCHEMA_DEPTH, STRICT_DROPPED_KEYWORDS};
 use super::*;
@@ -2091,4 +2091,45 @@ fn stream_events_out_of_place_are_refused() {
         let e = refused(responses, &events).unwrap_or_else(|| panic!("{events:?} was read"));
         assert!(e.contains("never added"), "{e}");
     }
+}
+
+/// Notes are kept from a streamed answer of one text part only, as from a whole answer: a
+/// second item's citation kept its offsets into the joined text (front round 22 F3). A
+/// message item added without an id still has its deltas read by index.
+#[test]
+fn streamed_notes_of_several_text_parts_are_not_kept() {
+    let events = |second: bool| {
+        let mut out = vec![
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "m1"}}),
+            json!({"type": "response.output_text.delta", "item_id": "m1", "output_index": 0, "content_index": 0, "delta": "Hello "}),
+        ];
+        if second {
+            out.push(json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "m2"}}));
+            out.push(json!({"type": "response.output_text.delta", "item_id": "m2", "output_index": 1, "content_index": 0, "delta": "world"}));
+        }
+        let at = if second { ("m2", 1) } else { ("m1", 0) };
+        out.push(json!({"type": "response.output_text.annotation.added", "item_id": at.0, "output_index": at.1, "content_index": 0,
+            "annotation": {"type": "url_citation", "start_index": 0, "end_index": 5, "url": "https://x"}}));
+        out
+    };
+    for (second, kept) in [(false, 1), (true, 0)] {
+        let mut ending = StreamEnding::default();
+        let mut assembler = StreamAssembler::new(Provider::OpenaiResponses);
+        for e in events(second) {
+            assembler.push(&e).unwrap();
+            ending.push(Provider::OpenaiResponses, &e);
+        }
+        assert_eq!(
+            ending.finish().notes.annotations.len(),
+            kept,
+            "second item: {second}"
+        );
+    }
+    let mut assembler = StreamAssembler::new(Provider::OpenaiResponses);
+    assembler
+        .push(&json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}}))
+        .unwrap();
+    assembler
+        .push(&json!({"type": "response.output_text.delta", "item_id": "msg_x", "output_index": 0, "delta": "a"}))
+        .unwrap();
 }
