@@ -224,6 +224,9 @@ pub struct CallRecord {
     /// The catalog tool that ran, when one did.
     pub tool_id: Option<String>,
     pub is_error: bool,
+    /// A tool ran for it and may have acted (not a call refused, not found or held back).
+    #[serde(skip)]
+    pub ran: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -701,6 +704,7 @@ impl Agent {
                     name: call.name.clone(),
                     tool_id: o.tool_id,
                     is_error: o.is_error,
+                    ran: o.ran,
                 });
                 Arc::make_mut(&mut messages).push(Message::Tool {
                     call_id: call.id.clone(),

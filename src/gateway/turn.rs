@@ -128,7 +128,12 @@ pub fn settled(
                 .code("aborted");
             // After its tools ran, an SDK's retry on a restarted gateway ran them again
             // (front round 11).
-            Err(if o.calls.is_empty() { e } else { e.no_retry() })
+            // Only calls whose tool ran count (front round 22 F4: a call to no tool said so).
+            Err(if o.calls.iter().any(|c| c.ran) {
+                e.no_retry()
+            } else {
+                e
+            })
         }
         Ok(Ok(o)) => Ok(o),
     }
@@ -723,7 +728,17 @@ mod tests {
             name: "tool_call".into(),
             tool_id: Some("openclaw:core:create_issue".into()),
             is_error: false,
+            ran: true,
         };
+        let not_run = crate::agent::CallRecord {
+            name: "no_such_tool".into(),
+            tool_id: None,
+            is_error: true,
+            ran: false,
+            ..ran.clone()
+        };
+        let e = settled(Ok(Ok(aborted(vec![not_run])))).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.should_retry), (503, None));
         let e = settled(Ok(Ok(aborted(vec![ran])))).unwrap_err();
         assert_eq!((e.status.as_u16(), e.should_retry), (503, Some(false)));
         assert_eq!(e.code.as_deref(), Some("aborted"));
