@@ -232,15 +232,30 @@ async fn bounded_request(
         Some(mended) => axum::body::Bytes::from(mended),
         None => bytes,
     };
-    // Not JSON: a JSON-RPC parse error, as MCP's other servers answer (rmcp said 415, which
-    // tells a client its content type was wrong: front round 21 F2).
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+    // Not JSON, or not a JSON-RPC message: a JSON-RPC error under 400, as MCP's other
+    // servers answer (rmcp said 415, which tells a client its content type was wrong:
+    // front rounds 21 F2 and 22 F5). Text that is not UTF-8 is not JSON.
+    let rpc_error = |code: i32, message: String| {
         let error = serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
-            "error": {"code": -32700, "message": format!("Parse error: {e}")},
+            "error": {"code": code, "message": message},
         });
-        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+        (StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
+    };
+    let parsed = std::str::from_utf8(&bytes)
+        .map_err(|e| format!("not UTF-8: {e}"))
+        .and_then(|text| {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| e.to_string())
+        });
+    if let Err(e) = parsed {
+        return rpc_error(-32700, format!("Parse error: {e}"));
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return rpc_error(
+            -32600,
+            "Invalid Request: a JSON-RPC message is one object (MCP has no batches)".into(),
+        );
     }
     let values = crate::provider::bounded::count_values(&bytes);
     if values > MAX_REQUEST_VALUES {

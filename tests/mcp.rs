@@ -511,11 +511,30 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
             body.contains(r#"\"value\":\"R\ufffd\""#) || body.contains("R\u{fffd}"),
             "{body}"
         );
-        // Not JSON at all: a JSON-RPC parse error under 400, not rmcp's 415.
-        let r = post(r#"{"jsonrpc":"2.0","id":3,"method":"#).await.unwrap();
-        assert_eq!(r.status(), 400);
-        let error: Value = r.json().await.unwrap();
-        assert_eq!(error["error"]["code"], json!(-32700), "{error}");
+        // Not JSON at all: a JSON-RPC parse error under 400, not rmcp's 415; not a message
+        // (a batch, a string): an invalid request under 400.
+        for (body, code) in [
+            (&br#"{"jsonrpc":"2.0","id":3,"method":"#[..], -32700),
+            (
+                b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"p\xffing\"}",
+                -32700,
+            ),
+            (br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#, -32600),
+            (br#""just a string""#, -32600),
+        ] {
+            let r = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-session-id", &session)
+                .body(body.to_vec())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{}", String::from_utf8_lossy(body));
+            let error: Value = r.json().await.unwrap();
+            assert_eq!(error["error"]["code"], json!(code), "{error}");
+        }
     });
 }
 
