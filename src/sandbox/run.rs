@@ -155,7 +155,11 @@ impl Sandbox {
             Ok(s) => s,
             Err(e) => return RunReport::failed(e),
         };
-        match self.spawn(timeout).await {
+        // The child's start counts against the deadline too, as in `code::run_with`.
+        let child = tokio::time::timeout_at(deadline.at, self.spawn(timeout))
+            .await
+            .unwrap_or_else(|_| Err(deadline.passed(" waiting for a sandbox child to start")));
+        match child {
             Ok(child) => {
                 self.run_on(child, code, deadline, bridge, CancellationToken::new())
                     .await
