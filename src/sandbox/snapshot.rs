@@ -99,6 +99,12 @@ fn cached(dir: &Path, key: &str) -> Result<Option<PathBuf>, String> {
         let Ok(meta) = fs::symlink_metadata(&blob) else {
             continue;
         };
+        // Not a blob (a link, a FIFO, a folder put at its name): set aside, and built again,
+        // rather than every later host going without a snapshot.
+        if !meta.is_file() {
+            set_aside(&blob);
+            continue;
+        }
         trusted(&blob, &meta)?;
         if meta.len() == said {
             return Ok(Some(blob));
@@ -324,6 +330,20 @@ mod tests {
         assert_eq!(fs::metadata(&again).unwrap().len(), said);
         assert!(said > len / 2);
         // The blob cut short is gone.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_link_or_fifo_at_a_blobs_name_is_set_aside_and_built_again() {
+        let Some(node) = node() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let flags = vec!["--max-old-space-size=64".to_string()];
+        let blob = ensure(dir.path(), &node, &flags, "0").unwrap();
+        fs::remove_file(&blob).unwrap();
+        std::os::unix::fs::symlink("/nowhere", &blob).unwrap();
+        let again = ensure(dir.path(), &node, &flags, "0").unwrap();
+        let meta = fs::symlink_metadata(&again).unwrap();
+        assert!(meta.is_file(), "{meta:?}");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
