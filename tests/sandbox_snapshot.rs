@@ -156,4 +156,39 @@ fn children_start_from_the_snapshot_and_survive_it_being_replaced_or_removed() {
             .collect();
         assert!(names.iter().all(|n| !n.starts_with(".aside")), "{names:?}");
     }
+
+    // A blob that cannot be opened this once (this process out of descriptors) is left
+    // alone: only what is at its path decides (sandbox round 29: a host short of
+    // descriptors set the shared blob aside, and every host went inline).
+    let sandbox = host();
+    let blob = sandbox.snapshot().expect("a snapshot").to_path_buf();
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on this process's own limits, restored below.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    // The limit is on descriptor numbers: the lowest free one, taken and given back, is the
+    // next any open gets, and the limit set to it leaves none.
+    let lowest_free = {
+        use std::os::fd::AsRawFd;
+        std::fs::File::open("/dev/null").unwrap().as_raw_fd() as u64
+    };
+    let starved = libc::rlimit {
+        rlim_cur: lowest_free,
+        ..limit
+    };
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &starved) };
+    let starved_run = run_on(&sandbox);
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert!(
+        starved_run.is_err(),
+        "a run with no descriptor to spare: {starved_run:?}"
+    );
+    assert!(
+        blob.exists(),
+        "the blob was set aside for want of a descriptor"
+    );
+    assert_eq!(sandbox.snapshot(), Some(blob.as_path()));
+    assert_eq!(run_on(&sandbox).expect("a run after")[0], json!("x"));
 }

@@ -75,10 +75,12 @@ impl Sandbox {
     pub async fn spawn(&self, timeout: Duration) -> Result<Child, SandboxError> {
         let spawned = self.spawn_any(timeout).await;
         if let Err(e) = &spawned
-            && e.code != "timeout"
+            && matches!(e.code, "child-exited" | "protocol")
         {
             // The cached calibration may be what is wrong (the host changed in a way the
-            // key cannot see): the next host calibrates again.
+            // key cannot see): the next host calibrates again. Not for a start this host
+            // could not make (out of descriptors: `unavailable`) or a slow one (`timeout`),
+            // which say nothing of the barriers (sandbox round 29).
             self.forget_calibration(e);
         }
         spawned
@@ -109,11 +111,22 @@ impl Sandbox {
         let file = match super::snapshot::open(blob) {
             Ok(file) => file,
             Err(why) => {
-                // Gone, or not a blob any more (a FIFO, a folder, a link): never started
-                // from, and the host goes inline now.
+                // What is at the path decides, not the error: gone, or not a blob any more
+                // (a FIFO, a folder, a link), the host goes inline now; a blob of ours that
+                // could not be opened this once (out of descriptors or memory) is left alone
+                // and only this start goes inline (sandbox round 29: one host short of
+                // descriptors set the shared blob aside, and every host went inline).
                 let e = SandboxError::new("child-exited", why);
-                self.snapshot_failures.store(1, Ordering::Relaxed);
-                self.snapshot_refused_once(blob, &e);
+                let not_a_blob = std::fs::symlink_metadata(blob)
+                    .map_or(true, |m| crate::cache::trusted_file(blob, &m).is_err());
+                if not_a_blob {
+                    self.snapshot_failures.store(1, Ordering::Relaxed);
+                    self.snapshot_refused_once(blob, &e);
+                } else {
+                    tracing::warn!(
+                        "sandbox: the startup snapshot could not be opened ({e}); this child starts inline"
+                    );
+                }
                 return inline().await;
             }
         };
