@@ -1820,3 +1820,31 @@ fn a_stream_held_open_after_its_answer_ends_with_it() {
         assert!(!text.contains("response.failed"), "{kind}: {text}");
     }
 }
+
+/// An empty `model` is none: the configured model is sent, and the answer names it, on both
+/// endpoints (front rounds 21 and 23: `""` was sent on, then echoed).
+#[test]
+fn an_empty_model_is_the_configured_one() {
+    let (url, seen) = recording_provider(move |_| Reply::json(200, &message("ok")));
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(
+        &url,
+        dir.path(),
+        "max_retries = 0\nmodel = \"configured-model\"\n",
+    );
+    let (status, text) = post(&gw, "/v1/responses", &json!({"model": "", "input": "hi"}));
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["model"], "configured-model", "{text}");
+    let (status, text) = post(
+        &gw,
+        "/v1/chat/completions",
+        &json!({"model": "", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["model"], "configured-model", "{text}");
+    for request in seen.lock().unwrap().iter() {
+        assert_eq!(request["model"], "configured-model", "{request}");
+    }
+}

@@ -203,10 +203,7 @@ async fn create_inner(
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        model: request
-            .model
-            .clone()
-            .unwrap_or_else(|| gw.configured_model().to_string()),
+        model: gw.answering_model(request.model.as_deref()),
         legacy,
         include_usage: request
             .stream_options

@@ -201,10 +201,7 @@ async fn create_inner(
         id: random_id("resp_"),
         message_id: random_id("msg_"),
         created_at: now(),
-        model: request
-            .model
-            .clone()
-            .unwrap_or_else(|| gw.configured_model().to_string()),
+        model: gw.answering_model(request.model.as_deref()),
         request: echo(&request),
         metadata,
         store: request.store != Some(false),

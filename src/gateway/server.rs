@@ -355,6 +355,15 @@ impl Gateway {
         &self.host.config.provider.model
     }
 
+    /// The model an answer names: the one asked for, else (none, or `""`, which is sent
+    /// on as none: `options::apply`) the configured one (front round 23: `""` was echoed).
+    pub(super) fn answering_model(&self, asked: Option<&str>) -> String {
+        asked
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| self.configured_model())
+            .to_string()
+    }
+
     /// Stops the server when `signal` resolves (e.g. [`crate::signals::shutdown`], whose
     /// handlers are installed when it is called, so no signal meets the default action).
     pub fn stop_on(
