@@ -1848,3 +1848,24 @@ fn an_empty_model_is_the_configured_one() {
         assert_eq!(request["model"], "configured-model", "{request}");
     }
 }
+
+/// A route's id that is not UTF-8 once decoded, or a query that cannot be read, is answered
+/// in OpenAI's error shape (front round 23 F4: axum's plain-text 400).
+#[test]
+fn an_unreadable_id_or_query_is_an_openai_error() {
+    let (url, _) = recording_provider(move |_| Reply::json(200, &message("ok")));
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    for path in [
+        "/v1/responses/%FF",
+        "/v1/responses/%ED%A0%80?stream=true",
+        "/v1/models/%ED%A0%80",
+        "/v1/responses/resp_x?stream=%FF",
+    ] {
+        let (status, text) = get(&gw, path);
+        assert!(status == 404 || status == 400, "{path}: {status} {text}");
+        let error: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: not JSON: {text}"));
+        assert!(error["error"]["message"].is_string(), "{path}: {text}");
+    }
+}

@@ -8,6 +8,7 @@ pub mod answers;
 mod chat;
 pub mod client;
 pub mod errors;
+mod extract;
 mod forward;
 mod joined;
 pub(crate) mod json;

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -266,8 +266,8 @@ async fn create_inner(
 /// as the event stream that built it (from `starting_after` on).
 pub(super) async fn retrieve(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    Query(query): Query<std::collections::HashMap<String, String>>,
+    super::extract::Id(id): super::extract::Id,
+    super::extract::Params(query): super::extract::Params,
 ) -> Response {
     let stored = match gw.in_flight.find(gw.store.as_ref(), &id) {
         Found::Stored(stored) => stored,
@@ -344,7 +344,10 @@ impl AsRef<[u8]> for StoredText {
 }
 
 /// `DELETE /v1/responses/{id}`: the stored response forgotten.
-pub(super) async fn delete(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+pub(super) async fn delete(
+    State(gw): State<Arc<Gateway>>,
+    super::extract::Id(id): super::extract::Id,
+) -> Response {
     if gw.in_flight.remove(gw.store.as_ref(), &id) {
         axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
     } else {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -444,7 +444,10 @@ async fn models(State(gw): State<Arc<Gateway>>) -> Response {
 }
 
 /// `GET /v1/models/{id}`: one model of the list; one it does not hold is a 404.
-async fn model(State(gw): State<Arc<Gateway>>, Path(id): Path<String>) -> Response {
+async fn model(
+    State(gw): State<Arc<Gateway>>,
+    super::extract::Id(id): super::extract::Id,
+) -> Response {
     let _admitted = match gw.admit() {
         Ok(a) => a,
         Err(e) => return e.into_response(),
