@@ -243,19 +243,24 @@ async fn bounded_request(
         });
         (StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
     };
-    let parsed = std::str::from_utf8(&bytes)
-        .map_err(|e| format!("not UTF-8: {e}"))
-        .and_then(|text| {
-            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| e.to_string())
-        });
-    if let Err(e) = parsed {
-        return rpc_error(-32700, format!("Parse error: {e}"));
-    }
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return rpc_error(
-            -32600,
-            "Invalid Request: a JSON-RPC message is one object (MCP has no batches)".into(),
-        );
+    // Read as rmcp reads it, by rmcp's own message type, so what is refused here is what it
+    // would refuse (front round 23 F2: `{}` and other objects that are no message still
+    // got its 415).
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => text,
+        Err(e) => return rpc_error(-32700, format!("Parse error: not UTF-8: {e}")),
+    };
+    if let Err(e) = serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(text) {
+        use serde_json::error::Category;
+        return match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                rpc_error(-32700, format!("Parse error: {e}"))
+            }
+            Category::Data => rpc_error(
+                -32600,
+                format!("Invalid Request: not one JSON-RPC message (MCP has no batches): {e}"),
+            ),
+        };
     }
     let values = crate::provider::bounded::count_values(&bytes);
     if values > MAX_REQUEST_VALUES {

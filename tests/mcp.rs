@@ -521,6 +521,9 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
             ),
             (br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#, -32600),
             (br#""just a string""#, -32600),
+            (br#"{}"#, -32600),
+            (br#"{"jsonrpc":"2.0","id":1}"#, -32600),
+            (br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, -32600),
         ] {
             let r = client
                 .post(&url)
