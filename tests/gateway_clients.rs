@@ -566,3 +566,56 @@ fn anthropic_s_model_list_is_followed_page_after_page() {
         .collect();
     assert_eq!(ids, ["claude-a", "claude-b", "claude-c"], "{text}");
 }
+
+/// An answer with annotations and logprobs replays them as its live stream sent them:
+/// the annotation events, the logprobs of `output_text.done`, and every later event under
+/// its live number (front round 23 F1: the annotation events were left out, so a client
+/// resuming after a live number lost `output_text.done`).
+#[test]
+fn a_replay_keeps_the_annotation_events_and_the_live_numbers() {
+    let (url, _) = scripted_provider(|_, _, _| {
+        Reply::json(
+            200,
+            &json!({"output": [{"type": "message", "role": "assistant", "content": [{
+                "type": "output_text", "text": "Hello world",
+                "annotations": [{"type": "url_citation", "start_index": 0, "end_index": 5, "url": "https://a", "title": "a"}],
+                "logprobs": [{"token": "Hello", "logprob": -0.1, "bytes": [72], "top_logprobs": []}]
+            }]}]}),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let live_text = runtime().block_on(async {
+        reqwest::Client::new()
+            .post(format!("{gw}/v1/responses"))
+            .json(&json!({"input": "cite", "stream": true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let live = toolsearch::provider::parse_sse(&live_text);
+    assert!(
+        live.iter()
+            .any(|e| e["type"] == "response.output_text.annotation.added"),
+        "{live_text}"
+    );
+    let id = live[0]["response"]["id"].as_str().unwrap().to_string();
+    let (status, text) = get(&gw, &format!("/v1/responses/{id}?stream=true"));
+    assert_eq!(status, 200, "{text}");
+    let replayed = toolsearch::provider::parse_sse(&text);
+    let shape = |e: &Value| {
+        (
+            e["sequence_number"].as_u64(),
+            e["type"].as_str().map(str::to_string),
+            e["annotation"].clone(),
+            e["logprobs"].clone(),
+        )
+    };
+    assert_eq!(
+        replayed.iter().map(shape).collect::<Vec<_>>(),
+        live.iter().map(shape).collect::<Vec<_>>()
+    );
+}

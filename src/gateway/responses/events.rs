@@ -470,11 +470,34 @@ fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Repla
                         }),
                     );
                 }
-                let (a, t) = (at.clone(), text);
+                // The annotations' events and the logprobs, as the live stream sent them
+                // (front round 23 F1: left out, every later event was numbered one lower
+                // than live, and a client resuming after the live number lost events).
+                let annotations = item["content"][part_index]["annotations"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                for i in 0..annotations {
+                    let (a, item) = (at.clone(), Arc::clone(&item));
+                    lazy(
+                        &mut events,
+                        "response.output_text.annotation.added",
+                        Box::new(move || {
+                            a(json!({"annotation_index": i,
+                                     "annotation": item["content"][part_index]["annotations"][i]}))
+                        }),
+                    );
+                }
+                let (a, t, part) = (at.clone(), text, Arc::clone(&item));
                 lazy(
                     &mut events,
                     "response.output_text.done",
-                    Box::new(move || a(json!({"text": t(), "logprobs": []}))),
+                    Box::new(move || {
+                        let logprobs = match &part["content"][part_index]["logprobs"] {
+                            Value::Null => json!([]),
+                            found => found.clone(),
+                        };
+                        a(json!({"text": t(), "logprobs": logprobs}))
+                    }),
                 );
                 let part = Arc::clone(&item);
                 lazy(
