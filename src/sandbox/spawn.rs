@@ -120,8 +120,7 @@ impl Sandbox {
                 let not_a_blob = std::fs::symlink_metadata(blob)
                     .map_or(true, |m| crate::cache::trusted_file(blob, &m).is_err());
                 if not_a_blob {
-                    self.snapshot_failures.store(1, Ordering::Relaxed);
-                    self.snapshot_refused_once(blob, &e);
+                    self.stop_using_snapshot(blob, &e);
                 } else {
                     tracing::warn!(
                         "sandbox: the startup snapshot could not be opened ({e}); this child starts inline"
@@ -166,6 +165,12 @@ impl Sandbox {
             self.forget_calibration(e);
             return;
         }
+        self.stop_using_snapshot(blob, e);
+    }
+
+    /// This host starts inline from now on, and sets the blob aside (if it is still
+    /// there) so the next host builds it again.
+    fn stop_using_snapshot(&self, blob: &Path, e: &SandboxError) {
         if self.snapshot_refused.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -173,7 +178,7 @@ impl Sandbox {
             "sandbox: node refuses the startup snapshot {} ({e}); starting inline from now on",
             blob.display()
         );
-        if !gone {
+        if blob.exists() {
             super::snapshot::discard(blob);
         }
     }
