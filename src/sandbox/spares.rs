@@ -56,13 +56,24 @@ struct State {
     starting: usize,
     target: usize,
     last_take: Option<Instant>,
-    /// Starts that failed in a row, and when refills may try again: a host whose starts
-    /// fail (a Node that went away, a full process table) backs off instead of starting
-    /// a child every loop.
+    /// Starts that failed in a row, and when the last one did: a host whose starts fail (a
+    /// Node that went away, a full process table) backs off ([`backoff`]) instead of
+    /// starting a child every loop, and a taker waiting for a start that failed starts its
+    /// own.
     failures: u32,
-    retry_at: Option<Instant>,
-    /// When a start last failed: a taker waiting for a start that failed starts its own.
     failed_at: Option<Instant>,
+}
+
+impl State {
+    /// How long refills must still wait after failed starts.
+    fn backing_off(&self) -> Duration {
+        match self.failed_at {
+            Some(at) if self.failures > 0 => {
+                (at + backoff(self.failures)).saturating_duration_since(Instant::now())
+            }
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 /// The wait before refilling after `failures` failed starts in a row: 100 ms, doubling,
@@ -95,7 +106,6 @@ impl SparePool {
                 target: sizing.min,
                 last_take: None,
                 failures: 0,
-                retry_at: None,
                 failed_at: None,
             }),
             sizing,
@@ -148,14 +158,11 @@ impl SparePool {
         match child {
             Some(child) => {
                 st.failures = 0;
-                st.retry_at = None;
                 st.ready.push_back(child);
             }
             None => {
-                let now = Instant::now();
                 st.failures = st.failures.saturating_add(1);
-                st.retry_at = Some(now + backoff(st.failures));
-                st.failed_at = Some(now);
+                st.failed_at = Some(Instant::now());
             }
         }
         drop(st);
@@ -175,11 +182,9 @@ impl SparePool {
             // Dropping a child kills its group.
             st.ready.pop_back();
         }
-        if let Some(at) = st.retry_at {
-            let wait = at.saturating_duration_since(Instant::now());
-            if !wait.is_zero() {
-                return wait.min(CHECK_EVERY);
-            }
+        let wait = st.backing_off();
+        if !wait.is_zero() {
+            return wait.min(CHECK_EVERY);
         }
         while st.ready.len() + st.starting < st.target && st.starting < PARALLEL_STARTS {
             st.starting += 1;
@@ -244,8 +249,7 @@ impl SparePool {
                 if own.is_ok() {
                     // Starts work again: refills need not wait out their back-off.
                     let mut st = self.state.lock();
-                    if st.retry_at.take().is_some() {
-                        st.failures = 0;
+                    if std::mem::take(&mut st.failures) > 0 {
                         drop(st);
                         self.wake.notify_one();
                     }
