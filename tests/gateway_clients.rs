@@ -381,17 +381,11 @@ fn a_streamed_response_replays_as_it_was_sent_and_resumes_from_any_number() {
     let dir = tempfile::tempdir().unwrap();
     let (_mock, mock_url) = mock(dir.path(), None);
     let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
-    let live_text = runtime().block_on(async {
-        reqwest::Client::new()
-            .post(format!("{url}/v1/responses"))
-            .json(&json!({"input": "stream this, please", "stream": true}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    });
+    let (_, live_text) = post(
+        &url,
+        "/v1/responses",
+        &json!({"input": "stream this, please", "stream": true}),
+    );
     let live = toolsearch::provider::parse_sse(&live_text);
     let deltas = live
         .iter()
@@ -585,17 +579,11 @@ fn a_replay_keeps_the_annotation_events_and_the_live_numbers() {
     });
     let dir = tempfile::tempdir().unwrap();
     let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
-    let live_text = runtime().block_on(async {
-        reqwest::Client::new()
-            .post(format!("{gw}/v1/responses"))
-            .json(&json!({"input": "cite", "stream": true}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    });
+    let (_, live_text) = post(
+        &gw,
+        "/v1/responses",
+        &json!({"input": "cite", "stream": true}),
+    );
     let live = toolsearch::provider::parse_sse(&live_text);
     assert!(
         live.iter()
