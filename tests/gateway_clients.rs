@@ -424,7 +424,18 @@ fn a_streamed_response_replays_as_it_was_sent_and_resumes_from_any_number() {
             missed.iter().map(|e| shape(e)).collect::<Vec<_>>(),
             "after {after:?}"
         );
+        // And each event whole, not only its number, type and delta: the replayed opening
+        // carried the finished turn's `toolsearch` summary, and the parts lacked the live
+        // `logprobs` (front round 24).
+        for (replayed, live) in replayed.iter().zip(&missed) {
+            assert_eq!(replayed, *live, "after {after:?}");
+        }
     }
+    let (status, _) = request(
+        "GET",
+        &format!("{url}/v1/responses/{id}?stream=true&stream=false"),
+    );
+    assert_eq!(status, 400, "a parameter given twice is refused");
 }
 
 /// A response whose turn still runs is known by its id (the client has it from
@@ -606,4 +617,5 @@ fn a_replay_keeps_the_annotation_events_and_the_live_numbers() {
         replayed.iter().map(shape).collect::<Vec<_>>(),
         live.iter().map(shape).collect::<Vec<_>>()
     );
+    assert_eq!(replayed, live, "every event whole (front round 24)");
 }

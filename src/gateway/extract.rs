@@ -34,13 +34,30 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match Query::from_request_parts(parts, state).await {
-            Ok(Query(params)) => Ok(Params(params)),
-            Err(e) => Err(ApiError::bad_request(format!(
-                "the query string cannot be read: {}",
-                e.body_text()
-            ))
-            .into_response()),
+        let pairs = match Query::<Vec<(String, String)>>::from_request_parts(parts, state).await {
+            Ok(Query(pairs)) => pairs,
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "the query string cannot be read: {}",
+                    e.body_text()
+                ))
+                .into_response());
+            }
+        };
+        // A parameter given twice (`stream=true&stream=false`) is refused, not settled by
+        // whichever came last (front round 24).
+        let mut params = std::collections::HashMap::with_capacity(pairs.len());
+        for (key, value) in pairs {
+            if params.contains_key(&key) {
+                let named = crate::shown::head(&key, 64).to_string();
+                return Err(ApiError::bad_request(format!(
+                    "{named}: given more than once in the query string"
+                ))
+                .param(&named)
+                .into_response());
+            }
+            params.insert(key, value);
         }
+        Ok(Params(params))
     }
 }

@@ -612,7 +612,7 @@ impl Answer {
             "id": self.message_id,
             "status": status,
             "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
         })
     }
 
@@ -624,11 +624,10 @@ impl Answer {
         } else {
             "completed"
         };
+        // `logprobs` always present, as the live `content_part.done` sends it (front round 24).
         let mut message = self.message(text, status);
-        if !ending.notes.is_empty() {
-            message["content"][0]["annotations"] = json!(ending.notes.annotations);
-            message["content"][0]["logprobs"] = json!(ending.notes.logprobs);
-        }
+        message["content"][0]["annotations"] = json!(ending.notes.annotations);
+        message["content"][0]["logprobs"] = json!(ending.notes.logprobs);
         if !ending.refusal.is_empty()
             && let Some(content) = message["content"].as_array_mut()
         {

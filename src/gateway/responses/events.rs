@@ -63,7 +63,7 @@ impl ResponsesStream {
         frames.push(self.event(
             "response.content_part.added",
             json!({"item_id": id, "output_index": 0, "content_index": 0,
-                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+                   "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
         ));
     }
 
@@ -277,7 +277,10 @@ pub(super) fn replay(
                 output = Budget::default().parse(raw.get())?;
                 "[]"
             }
-            "usage" => "null",
+            // The opening events are the response as the live stream opened it: no
+            // outcome yet, so no `toolsearch` summary and nothing incomplete (front round 24).
+            "usage" | "incomplete_details" | "error" => "null",
+            "toolsearch" => continue,
             _ => raw.get(),
         };
         if start.len() > 1 {
@@ -453,7 +456,9 @@ fn item_events(index: usize, item: Value, pieces: Option<Vec<u32>>) -> Vec<Repla
                     &mut events,
                     "response.content_part.added",
                     Box::new(move || {
-                        a(json!({"part": {"type": "output_text", "text": "", "annotations": []}}))
+                        a(
+                            json!({"part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}),
+                        )
                     }),
                 );
                 for (start, end) in delta_ranges(&item, part_index, pieces.as_deref()) {
