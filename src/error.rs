@@ -85,7 +85,7 @@ pub enum Error {
     },
 
     /// The tool exists but is not available now (a signal failed, or its source is down).
-    #[error("tool `{id}` is unavailable: {reason}")]
+    #[error("tool {} is unavailable: {reason}", shown_id(.id))]
     UnavailableTool { id: String, reason: String },
 
     /// The arguments do not satisfy the tool's input schema.
@@ -145,19 +145,24 @@ pub enum Error {
     Index(String),
 }
 
-fn unknown_tool_message(requested: &str, suggestions: &[String], hint: &str) -> String {
-    // The name as sent is echoed, but not without bound: a caller's 60 KB "id" is not worth
-    // 60 KB of the model's context.
+/// A tool id as a caller sent it, in backticks, echoed but not without bound: a caller's 60 KB "id" is
+/// not worth 60 KB of the model's context (an unknown id, or one under a source that is
+/// down).
+fn shown_id(requested: &str) -> String {
     const SHOWN: usize = 200;
-    let mut message = if requested.chars().count() > SHOWN {
+    if requested.chars().count() > SHOWN {
         let head: String = requested.chars().take(SHOWN).collect();
         format!(
-            "unknown tool `{head}...` ({} bytes; no tool id is that long)",
+            "`{head}...` ({} bytes; no tool id is that long)",
             requested.len()
         )
     } else {
-        format!("unknown tool `{requested}`")
-    };
+        format!("`{requested}`")
+    }
+}
+
+fn unknown_tool_message(requested: &str, suggestions: &[String], hint: &str) -> String {
+    let mut message = format!("unknown tool {}", shown_id(requested));
     if !suggestions.is_empty() {
         message.push_str("; did you mean ");
         message.push_str(

@@ -727,6 +727,24 @@ mod tests {
         assert!(!c.suggest(&near).is_empty());
     }
 
+    /// An id under a source that is down is echoed as an unknown one is: cut, with its
+    /// length (it was echoed whole, 60 KB into the model's context).
+    #[test]
+    fn a_huge_id_under_a_source_that_is_down_gets_a_short_message() {
+        let mut c = demo();
+        c.sources_down
+            .insert("mcp:down".into(), "it did not start".into());
+        let huge = format!("mcp:down:{}", "é".repeat(30_000));
+        let e = c.resolve(&huge).map(|_| ()).unwrap_err();
+        assert_eq!(e.code(), "unavailable-tool");
+        let shown = e.to_string();
+        assert!(shown.len() < 1_000, "{}", shown.len());
+        assert!(
+            shown.contains("60009 bytes") && shown.contains("it did not start"),
+            "{shown}"
+        );
+    }
+
     #[test]
     fn direct_only_tools_resolve_but_are_never_searched() {
         let c = demo();
