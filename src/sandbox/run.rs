@@ -1,7 +1,7 @@
 //! A run: a slot, a ready child, the `run` frame, then the loop that relays the child's
-//! frames — console lines kept, bridge calls handed to the [`Bridge`] as tasks, the
-//! answers queued to the child — until its result, its error, its death, the deadline or
-//! the caller's cancel. The child is killed whatever the outcome.
+//! frames — console lines kept, bridge calls handed to the [`Bridge`] as futures the loop
+//! polls, the answers queued to the child — until its result, its error, its death, the
+//! deadline or the caller's cancel. The child is killed whatever the outcome.
 //!
 //! Never waits on the child anywhere but the framed read, and never decides policy: a
 //! bridge call's answer is the bridge's.
@@ -9,56 +9,90 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
 use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio::task::JoinSet;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{self, ChildFrame, Frame, ProtocolError};
 use super::{Bridge, BridgeFailure, Child, LogLine, RunReport, Sandbox, SandboxError};
 
-/// Frames to the child go through a task of their own. A child that stops reading fills
-/// the socket and blocks that task, never the run loop, which keeps watching the deadline.
-/// The queue holds at most one answer per bridge call plus the `run` frame, so it is
-/// bounded by the calls a run may make and never has to wait for room.
+/// Frames to the child, written from the run loop itself without ever waiting: each is
+/// written at once as far as the socket takes it, and what it does not take waits here
+/// until the loop sees the socket writable again. A child that stops reading fills the
+/// socket and this queue, never the loop, which keeps watching the deadline; and an
+/// answer costs no hand-over to another task (a writer task of its own was two thread
+/// wake-ups per bridge call). The queue holds at most one answer per bridge call plus the
+/// `run` frame, so it is bounded by the calls a run may make.
 struct Outbox {
-    queue: mpsc::Sender<Vec<u8>>,
-    task: tokio::task::JoinHandle<()>,
+    writer: OwnedWriteHalf,
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes of the queue's first frame already written.
+    written: usize,
+    capacity: usize,
+    /// The child closed its end: what is sent is dropped, and the read side says how the
+    /// child ended.
+    closed: bool,
 }
 
 impl Outbox {
-    fn start(mut writer: OwnedWriteHalf, capacity: usize) -> Self {
-        let (queue, mut rx) = mpsc::channel::<Vec<u8>>(capacity.max(1));
-        let task = tokio::spawn(async move {
-            while let Some(bytes) = rx.recv().await {
-                if writer.write_all(&bytes).await.is_err() {
-                    // The child closed its end: the read side says how it ended.
-                    break;
-                }
-            }
-        });
-        Outbox { queue, task }
-    }
-
-    fn send(&self, frame: &Value) -> Result<(), SandboxError> {
-        let mut bytes = frame.to_string().into_bytes();
-        bytes.push(b'\n');
-        match self.queue.try_send(bytes) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(SandboxError::new(
-                "protocol",
-                "more answers are queued for the child than it made calls",
-            )),
+    fn new(writer: OwnedWriteHalf, capacity: usize) -> Self {
+        Outbox {
+            writer,
+            queue: VecDeque::new(),
+            written: 0,
+            capacity: capacity.max(1),
+            closed: false,
         }
     }
-}
 
-impl Drop for Outbox {
-    fn drop(&mut self) {
-        self.task.abort();
+    fn send(&mut self, frame: &Value) -> Result<(), SandboxError> {
+        if self.closed {
+            return Ok(());
+        }
+        if self.queue.len() >= self.capacity {
+            return Err(SandboxError::new(
+                "protocol",
+                "more answers are queued for the child than it made calls",
+            ));
+        }
+        let mut bytes = frame.to_string().into_bytes();
+        bytes.push(b'\n');
+        self.queue.push_back(bytes);
+        self.flush();
+        Ok(())
+    }
+
+    /// Writes what the socket takes now, without waiting.
+    fn flush(&mut self) {
+        while let Some(front) = self.queue.front() {
+            match self.writer.try_write(&front[self.written..]) {
+                Ok(n) => {
+                    self.written += n;
+                    if self.written == front.len() {
+                        self.queue.pop_front();
+                        self.written = 0;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    self.queue.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether frames wait for the socket to take them.
+    fn waiting(&self) -> bool {
+        !self.closed && !self.queue.is_empty()
     }
 }
 
@@ -66,8 +100,12 @@ impl Drop for Outbox {
 /// flight (each a task, with its id and outcome).
 struct Held {
     logs: Vec<LogLine>,
-    calls: JoinSet<(u64, Result<Value, BridgeFailure>)>,
+    calls: FuturesUnordered<CallFuture>,
 }
+
+/// A bridge call of the run, polled by the run loop itself (no task of its own: a task
+/// per call was two more thread wake-ups per round trip). Dropping it stops it.
+type CallFuture = BoxFuture<'static, (u64, Result<Value, BridgeFailure>)>;
 
 /// Bytes a `bridge` frame may carry beyond its arguments (`{"type":"bridge","id":N,
 /// "method":"describe","args":...}`), so the parent can bound the arguments by the line.
@@ -181,7 +219,7 @@ impl Sandbox {
         let cancel = cancel.child_token();
         let mut held = Held {
             logs: Vec::new(),
-            calls: JoinSet::new(),
+            calls: FuturesUnordered::new(),
         };
         let outcome = match self.admit(code) {
             Err(e) => Err(e),
@@ -192,25 +230,22 @@ impl Sandbox {
         };
         let Held {
             logs,
-            calls: mut in_flight,
+            calls: in_flight,
         } = held;
         cancel.cancel();
         child.kill_now_reap_later();
-        // The calls still running are stopped, and waited for (briefly) until they are
-        // gone: a call that never began never will, and one whose tool began is logged
-        // (`aborted`) before the run's report goes back, so the log has every call that
-        // may have acted by the time the caller reads it.
-        in_flight.abort_all();
-        let _ = tokio::time::timeout(Duration::from_millis(500), async {
-            while in_flight.join_next().await.is_some() {}
-        })
-        .await;
+        // The calls still running are stopped: dropped here, before the run's report goes
+        // back, so a call whose tool began has logged itself (`aborted`) by the time the
+        // caller reads the log.
+        drop(in_flight);
         RunReport { outcome, logs }
     }
 
     /// The run loop. Nothing in it waits on the child except the framed read, which is
-    /// safe to cancel: writes are queued to the [`Outbox`], bridge calls run as tasks
-    /// (at most `max_calls_in_flight` at once), so the deadline arm is always polled and
+    /// safe to cancel: writes never wait (the [`Outbox`] keeps what the socket does not
+    /// take), bridge calls are futures polled here (at most `max_calls_in_flight` at once;
+    /// what is CPU-bound in one — a search, a describe — takes at most milliseconds, and
+    /// a tool's execution waits on its executor), so the deadline arm is always polled and
     /// wins whenever it has passed.
     async fn drive(
         &self,
@@ -232,7 +267,7 @@ impl Sandbox {
             .writer
             .take()
             .ok_or_else(|| SandboxError::new("protocol", "this child has already run"))?;
-        let outbox = Outbox::start(writer, l.max_bridge_calls + 1);
+        let mut outbox = Outbox::new(writer, l.max_bridge_calls + 1);
         outbox.send(&json!({
             "type": "run",
             "code": code,
@@ -255,14 +290,14 @@ impl Sandbox {
                 _ = cancel.cancelled() => {
                     return Err(SandboxError::new("cancelled", "the run was cancelled by its caller"));
                 }
-                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                    let Ok((id, outcome)) = done else { continue };
+                Some((id, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
                     let frame = match outcome {
                         Ok(value) => json!({"type": "bridge-result", "id": id, "ok": true, "value": value}),
                         Err(f) => json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}}),
                     };
                     outbox.send(&frame)?;
                 }
+                _ = outbox.writer.writable(), if outbox.waiting() => outbox.flush(),
                 frame = child.frames.next() => {
                     let Frame { frame, bytes } = match frame {
                         Some(Ok(f)) => f,
@@ -302,10 +337,10 @@ impl Sandbox {
                             let bridge = Arc::clone(&bridge);
                             let cancel = cancel.child_token();
                             let permits = Arc::clone(&permits);
-                            in_flight.spawn(async move {
+                            in_flight.push(Box::pin(async move {
                                 let _permit = permits.acquire_owned().await;
                                 (id, bridge.call(method, args, cancel).await)
-                            });
+                            }));
                         }
                         ChildFrame::Result { ok: true, value, .. } => {
                             if bytes > l.max_result_bytes + RESULT_FRAME_OVERHEAD {
