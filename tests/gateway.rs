@@ -379,6 +379,41 @@ fn retries_of_refused_connections_end_before_the_keep_alive_opens_the_stream() {
     });
 }
 
+/// The attempts count against the budget as well as the waits (front round 25 F1: a
+/// provider that took 4.5 s to answer 429 was asked four times, 21 s in all, and the
+/// streamed client got a 200 stream that failed after the keep-alive, not the 429).
+#[test]
+fn retries_of_a_slow_provider_end_before_the_keep_alive_opens_the_stream() {
+    let (provider, _) = scripted_provider(|_, _, _| {
+        std::thread::sleep(Duration::from_millis(1_500));
+        Reply::json(
+            429,
+            &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+        )
+        .header("retry-after: 1")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(
+        &provider,
+        dir.path(),
+        "max_retries = 4\n[gateway]\nstream_keepalive_ms = 2500\n",
+    );
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/responses"))
+            .json(&json!({"input": "hello", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        // 1.5 s into the 1.67 s budget, a retry after 1 s would end past it.
+        let status = r.status();
+        let retry_after = r.headers().get("retry-after").cloned();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(retry_after.unwrap(), "1");
+    });
+}
+
 #[test]
 fn the_gateway_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
