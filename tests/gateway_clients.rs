@@ -436,6 +436,12 @@ fn a_streamed_response_replays_as_it_was_sent_and_resumes_from_any_number() {
         &format!("{url}/v1/responses/{id}?stream=true&stream=false"),
     );
     assert_eq!(status, 400, "a parameter given twice is refused");
+    // An array, as the SDKs write `include`, is not (front round 25 F2).
+    let include = "include[]=message.output_text.logprobs&include[]=reasoning.encrypted_content";
+    for stream in ["", "&stream=true"] {
+        let (status, text) = request("GET", &format!("{url}/v1/responses/{id}?{include}{stream}"));
+        assert_eq!(status, 200, "{text}");
+    }
 }
 
 /// A response whose turn still runs is known by its id (the client has it from

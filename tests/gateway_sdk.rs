@@ -163,6 +163,22 @@ fn check_report(kind: &str, r: &Value) {
         );
     }
 
+    // A stored response retrieved with the SDK's `include` array, plain and streamed
+    // (front round 25 F2: a repeated key was refused, so the SDK's array was a 400).
+    let retrieved = step("retrieved");
+    assert_eq!(retrieved["same"], true, "{kind}: {retrieved}");
+    let replayed = retrieved["types"].as_array().unwrap();
+    assert_eq!(
+        replayed.first().unwrap(),
+        "response.created",
+        "{kind}: {retrieved}"
+    );
+    assert_eq!(
+        replayed.last().unwrap(),
+        "response.completed",
+        "{kind}: {retrieved}"
+    );
+
     let streamed = step("streamed");
     assert_eq!(streamed["deltas"], "mock: stream this", "{kind}");
     // The mock streams the text in three pieces; each reaches the client as its own delta.

@@ -27,37 +27,38 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
     }
 }
 
-/// The query string's parameters, each once; a query that cannot be read is a 400.
-pub struct Params(pub std::collections::HashMap<String, String>);
+/// The query string's parameters as given. Those the gateway reads are read with
+/// [`Params::one`]; the others (`include[]=a&include[]=b`, as the SDKs write an array) are
+/// let be (front round 25 F2: every repeated key was refused, and `include` with it).
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    /// The value of `key`, if given; given more than once, a 400 (`stream=true&stream=false`
+    /// was settled by whichever came last, front round 24).
+    pub fn one(&self, key: &str) -> Result<Option<&str>, Response> {
+        let mut found = self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v);
+        match (found.next(), found.next()) {
+            (Some(_), Some(_)) => Err(ApiError::bad_request(format!(
+                "{key}: given more than once in the query string"
+            ))
+            .param(key)
+            .into_response()),
+            (value, _) => Ok(value.map(String::as_str)),
+        }
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for Params {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let pairs = match Query::<Vec<(String, String)>>::from_request_parts(parts, state).await {
-            Ok(Query(pairs)) => pairs,
-            Err(e) => {
-                return Err(ApiError::bad_request(format!(
-                    "the query string cannot be read: {}",
-                    e.body_text()
-                ))
-                .into_response());
-            }
-        };
-        // A parameter given twice (`stream=true&stream=false`) is refused, not settled by
-        // whichever came last (front round 24).
-        let mut params = std::collections::HashMap::with_capacity(pairs.len());
-        for (key, value) in pairs {
-            if params.contains_key(&key) {
-                let named = crate::shown::head(&key, 64).to_string();
-                return Err(ApiError::bad_request(format!(
-                    "{named}: given more than once in the query string"
-                ))
-                .param(&named)
-                .into_response());
-            }
-            params.insert(key, value);
+        match Query::<Vec<(String, String)>>::from_request_parts(parts, state).await {
+            Ok(Query(pairs)) => Ok(Params(pairs)),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "the query string cannot be read: {}",
+                e.body_text()
+            ))
+            .into_response()),
         }
-        Ok(Params(params))
     }
 }

@@ -267,13 +267,17 @@ async fn create_inner(
 pub(super) async fn retrieve(
     State(gw): State<Arc<Gateway>>,
     super::extract::Id(id): super::extract::Id,
-    super::extract::Params(query): super::extract::Params,
+    query: super::extract::Params,
 ) -> Response {
+    let (stream, starting_after) = match (query.one("stream"), query.one("starting_after")) {
+        (Ok(stream), Ok(after)) => (stream, after),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
     let stored = match gw.in_flight.find(gw.store.as_ref(), &id) {
         Found::Stored(stored) => stored,
         Found::Unknown => return unknown_response(&id).into_response(),
         Found::Running(in_progress) => {
-            if query.get("stream").is_some_and(|s| s != "false") {
+            if stream.is_some_and(|s| s != "false") {
                 return ApiError::bad_request(format!(
                     "Response with id '{id}' is still in progress: its events go to the request that made it; GET it with stream=true once it has finished"
                 ))
@@ -287,7 +291,7 @@ pub(super) async fn retrieve(
                 .into_response();
         }
     };
-    let stream = match query.get("stream").map(String::as_str) {
+    let stream = match stream {
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => {
@@ -296,7 +300,7 @@ pub(super) async fn retrieve(
                 .into_response();
         }
     };
-    let after = match query.get("starting_after").map(|n| n.parse::<u64>()) {
+    let after = match starting_after.map(str::parse::<u64>) {
         None => None,
         Some(Ok(n)) => Some(n),
         Some(Err(_)) => {

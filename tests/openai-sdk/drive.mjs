@@ -70,6 +70,18 @@ await step("streamed", async () => {
   return { types, deltas, deltaEvents, completedText: completed?.output_text ?? null };
 });
 
+await step("retrieved", async () => {
+  // As the SDK writes an array in a query (`include[]=a&include[]=b`), plain and streamed.
+  const r = await client.responses.create({ model: "sdk-model", input: "keep this" });
+  const include = ["message.output_text.logprobs", "reasoning.encrypted_content"];
+  const again = await client.responses.retrieve(r.id, { include });
+  const types = [];
+  for await (const event of await client.responses.retrieve(r.id, { include, stream: true })) {
+    types.push(event.type);
+  }
+  return { same: again.output_text === r.output_text, text: again.output_text, types };
+});
+
 await step("streamHelper", async () => {
   // The SDK's own accumulator checks the events' order and identities.
   const stream = client.responses.stream({ model: "sdk-model", input: "helper stream" });
