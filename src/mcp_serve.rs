@@ -384,14 +384,12 @@ impl McpHost {
 
     /// Serves one client on stdin/stdout until it closes them.
     pub async fn serve_stdio(self: Arc<Self>) -> Result<()> {
-        let running = Handler::new(self)
-            .serve({
-                let in_flight = stdio::InFlight::new();
-                (
-                    stdio::filtered(tokio::io::stdin(), std::sync::Arc::clone(&in_flight)),
-                    stdio::answers(tokio::io::stdout(), in_flight),
-                )
-            })
+        let in_flight = stdio::InFlight::new();
+        let running = Handler::new(self, Some(Arc::clone(&in_flight)))
+            .serve((
+                stdio::filtered(tokio::io::stdin(), Arc::clone(&in_flight)),
+                stdio::answers(tokio::io::stdout(), in_flight),
+            ))
             .await
             .map_err(|e| Error::Serve(e.to_string()))?;
         let _ = running.waiting().await;
@@ -409,7 +407,7 @@ impl McpHost {
         let host = Arc::clone(&self);
         let bounded = Arc::new(sessions::Bounded::new(sessions::MAX_SESSIONS));
         let service = StreamableHttpService::new(
-            move || Ok(Handler::new(Arc::clone(&host))),
+            move || Ok(Handler::new(Arc::clone(&host), None)),
             Arc::clone(&bounded),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
@@ -486,14 +484,19 @@ fn build(parts: &ServeParts, catalog: &Arc<Catalog>) -> Result<Current> {
     })
 }
 
-/// One client session's handler: the host, and whether the session's peer is among
-/// those told of tool changes.
+/// One client session's handler: the host, whether the session's peer is among those
+/// told of tool changes, and on stdio the requests in flight, whose cancellations the
+/// line filter takes instead of rmcp ([`stdio::InFlight::cancel`]).
 #[derive(Clone)]
-struct Handler(Arc<McpHost>, Arc<std::sync::atomic::AtomicBool>);
+struct Handler(
+    Arc<McpHost>,
+    Arc<std::sync::atomic::AtomicBool>,
+    Option<Arc<stdio::InFlight>>,
+);
 
 impl Handler {
-    fn new(host: Arc<McpHost>) -> Self {
-        Handler(host, Arc::default())
+    fn new(host: Arc<McpHost>, stdio: Option<Arc<stdio::InFlight>>) -> Self {
+        Handler(host, Arc::default(), stdio)
     }
 }
 
@@ -580,6 +583,12 @@ impl ServerHandler for Handler {
         };
         let run = self.0.runs.fetch_add(1, Ordering::Relaxed) + 1;
         let args = Value::Object(request.arguments.unwrap_or_default());
+        // On stdio a client's cancel reaches the call through the line filter; rmcp's own
+        // token then only ends with the session.
+        let cancel = match &self.2 {
+            Some(in_flight) => in_flight.cancel_of(&context.id, &context.ct),
+            None => context.ct.clone(),
+        };
         // A panic is a bug; its call is still answered, so the client's wait ends and the
         // places it held (this server's, and a stdio line's) are given back (sandbox round
         // 27 F1: 64 panicked calls left no place, and the server answered nothing more).
@@ -587,7 +596,7 @@ impl ServerHandler for Handler {
             &request.name,
             args,
             &format!("mcp-{run}"),
-            context.ct.clone(),
+            cancel,
         )))
         .await;
         let Ok((text, is_error)) = ran else {

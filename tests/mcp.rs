@@ -1311,6 +1311,73 @@ fn a_call_given_up_on_is_cancelled_at_the_server() {
     );
 }
 
+/// A request the client cancels is still answered (as cancelled), and a request sent after
+/// the cancel under the same id waits for that answer and is answered itself (sandbox
+/// round 31: rmcp forgot the cancelled request at once, its late answer took the new
+/// request's place, and the new request was cancelled with it and never answered).
+#[test]
+fn a_cancelled_id_sent_again_is_answered_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["mcp", "serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "cancels", "version": "1"}}}),
+    );
+    lines.recv_timeout(Duration::from_secs(60)).unwrap();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = |code: &str| {
+        json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call",
+               "params": {"name": "tool_search_code", "arguments": {"code": code}}})
+    };
+    for round in 0..3 {
+        send(call(
+            "const t = Date.now(); while (Date.now() - t < 200) {} return 'first'",
+        ));
+        send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "x"}}),
+        );
+        send(call("return 'second'"));
+        let mut answers = Vec::new();
+        while answers.len() < 2 {
+            let answer = lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("round {round}: only {answers:?}"));
+            assert_eq!(answer["id"], "x", "{answer}");
+            answers.push(answer.to_string());
+        }
+        assert!(
+            answers[0].contains("cancelled"),
+            "round {round}: {answers:?}"
+        );
+        assert!(answers[1].contains("second"), "round {round}: {answers:?}");
+    }
+    drop(send);
+    drop(stdin);
+    let _ = child.wait();
+}
+
 /// A client that says `notifications/initialized` again and again is told of a tool change
 /// once: each repeat was an entry more among the peers told (quadratic work, and one
 /// `list_changed` per repeat at every change: review 24 F1).

@@ -13,6 +13,7 @@
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio_util::sync::CancellationToken;
 
 use super::{MAX_OPENING_BYTES, MAX_REQUEST_BYTES, MAX_REQUEST_VALUES, is_initialize};
 
@@ -47,7 +48,7 @@ enum Reads {
     Request(IdKey),
     /// Well-formed JSON it cannot read as a message: answered `Invalid request`, no id.
     Invalid,
-    /// A cancellation of this request: its answer, not written yet, never will be.
+    /// A client's cancel of this request: taken by [`InFlight::cancel`], not passed on.
     Cancel(IdKey),
     /// A notification or a client's answer: nothing comes back.
     Nothing,
@@ -97,11 +98,11 @@ fn reads(line: &[u8]) -> Reads {
 
 /// The requests rmcp has and has not answered, and whether it can write its answers: a
 /// place each, taken when a request is passed on and given back when its answer is
-/// written (or the client cancels it, as the official SDK does on its timeout: rmcp then
-/// writes none). And no line at all is passed on while rmcp's writer waits for the client
-/// to read: a cancel given back a place whose answer rmcp had already made, and pairs of
-/// request and cancel from a client that read nothing piled answers up (1.3 GB in 20 s,
-/// tenth review), which now wait in the client's pipe instead.
+/// written — a cancelled request's too: the cancel stops its call and rmcp, which never
+/// sees it, answers it ([`InFlight::cancel`]). And no line at all is passed on while
+/// rmcp's writer waits for the client to read: pairs of request and cancel from a client
+/// that read nothing piled answers up (1.3 GB in 20 s, tenth review), which now wait in the
+/// client's pipe instead.
 pub struct InFlight {
     places: std::sync::Arc<tokio::sync::Semaphore>,
     state: parking_lot::Mutex<Owed>,
@@ -111,10 +112,10 @@ pub struct InFlight {
     stalled: std::sync::atomic::AtomicBool,
 }
 
-/// The answers owed.
+/// The answers owed, each request's with the token its client's cancel fires.
 #[derive(Default)]
 struct Owed {
-    by_id: std::collections::HashSet<IdKey>,
+    by_id: std::collections::HashMap<IdKey, CancellationToken>,
     /// To lines rmcp cannot read, answered under no id.
     unnamed: usize,
 }
@@ -151,13 +152,47 @@ impl InFlight {
     async fn request(&self, id: IdKey) {
         loop {
             let changed = self.changed.notified();
-            if !self.state.lock().by_id.contains(&id) {
+            if !self.state.lock().by_id.contains_key(&id) {
                 break;
             }
             changed.await;
         }
         self.place().await;
-        self.state.lock().by_id.insert(id);
+        self.state.lock().by_id.insert(id, CancellationToken::new());
+    }
+
+    /// A client's cancel of a request: its call is stopped, and it is still answered (the
+    /// answer says it was cancelled), so its place and its id are given back when that
+    /// answer is written, as every other's. rmcp never sees the cancel: it forgot the
+    /// request at once, and the late answer of the cancelled call then took the place of a
+    /// later request the client sent under the same id, which was cancelled with it and
+    /// never answered (sandbox round 31). The MCP specification lets a client ignore an
+    /// answer that comes after its cancel; the official SDKs do.
+    fn cancel(&self, id: &IdKey) {
+        if let Some(token) = self.state.lock().by_id.get(id) {
+            token.cancel();
+        }
+    }
+
+    /// The token a call under `id` stops on: its client's cancel, or `session`'s (rmcp's
+    /// token of the request, fired when the session ends).
+    pub fn cancel_of(
+        &self,
+        id: &rmcp::model::RequestId,
+        session: &CancellationToken,
+    ) -> CancellationToken {
+        let Some(token) = self.state.lock().by_id.get(&key_of(id)).cloned() else {
+            return session.clone();
+        };
+        // Ends when either fires: the call's token is fired when its answer is written.
+        let (linked, session) = (token.clone(), session.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = session.cancelled() => linked.cancel(),
+                _ = linked.cancelled() => {}
+            }
+        });
+        token
     }
 
     async fn invalid(&self) {
@@ -169,7 +204,12 @@ impl InFlight {
     fn settled(&self, id: Option<&IdKey>) {
         let mut state = self.state.lock();
         let owed = match id {
-            Some(id) => state.by_id.remove(id),
+            // Fired: the call is over, and what waited on its token ends.
+            Some(id) => state
+                .by_id
+                .remove(id)
+                .inspect(CancellationToken::cancel)
+                .is_some(),
             None if state.unnamed > 0 => {
                 state.unnamed -= 1;
                 true
@@ -258,7 +298,7 @@ async fn account(reading: Reads, in_flight: &InFlight) {
     match reading {
         Reads::Request(id) => in_flight.request(id).await,
         Reads::Invalid => in_flight.invalid().await,
-        Reads::Cancel(id) => in_flight.settled(Some(&id)),
+        Reads::Cancel(id) => in_flight.cancel(&id),
         Reads::Nothing | Reads::Unreadable(_) => {}
     }
 }
@@ -303,6 +343,11 @@ pub fn filtered(
             };
             in_flight.writable().await;
             let passed = match reason {
+                // Taken here, not passed on ([`InFlight::cancel`]).
+                None if matches!(reading, Reads::Cancel(_)) => {
+                    account(reading, &in_flight).await;
+                    Ok(())
+                }
                 None => {
                     account(reading, &in_flight).await;
                     line.push(b'\n');
@@ -743,8 +788,7 @@ mod tests {
         }
     }
 
-    /// While rmcp's answers wait for a client that does not read, no line is passed on:
-    /// not a request, not a cancel that would give a place back for an answer already made.
+    /// While rmcp's answers wait for a client that does not read, no line is passed on.
     #[tokio::test]
     async fn nothing_is_read_while_the_answers_wait_for_the_client() {
         let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -763,7 +807,7 @@ mod tests {
                 .unwrap();
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let input = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n";
+        let input = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n";
         let mut lines = through(input.as_bytes().to_vec(), &in_flight);
         assert!(
             blocked(&mut lines).await,
@@ -774,20 +818,55 @@ mod tests {
             w.wake();
         }
         writing.await.unwrap();
+        assert!(lines.next_line().await.unwrap().unwrap().contains("ping"));
+    }
+
+    /// A cancel is taken here, never passed to rmcp: the call's token fires, and its id
+    /// and place stay owed until its answer is written, so a request that repeats the id
+    /// waits for that answer (sandbox round 31: rmcp forgot the cancelled request at once,
+    /// and its late answer took the repeated request's place, which was never answered).
+    #[tokio::test]
+    async fn a_cancel_fires_the_calls_token_and_its_id_waits_for_the_answer() {
+        let call = "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"ping\"}\n";
+        let cancel = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"x\"}}\n";
+        let in_flight = InFlight::new();
+        let (feed, input) = tokio::io::duplex(1024);
+        let mut lines = BufReader::new(filtered(input, std::sync::Arc::clone(&in_flight))).lines();
+        let mut feed = feed;
+        feed.write_all(call.as_bytes()).await.unwrap();
+        assert!(lines.next_line().await.unwrap().unwrap().contains("ping"));
+        let id = rmcp::model::RequestId::String("x".into());
+        let session = CancellationToken::new();
+        let token = in_flight.cancel_of(&id, &session);
+        assert!(!token.is_cancelled());
+        feed.write_all(cancel.as_bytes()).await.unwrap();
+        feed.write_all(call.as_bytes()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), token.cancelled())
+            .await
+            .expect("the cancel fired the call's token");
         assert!(
-            lines
-                .next_line()
-                .await
-                .unwrap()
-                .unwrap()
-                .contains("cancelled")
+            blocked(&mut lines).await,
+            "the cancel was passed on, or the repeated id went through before the answer"
         );
+        let mut out = answers(Vec::new(), std::sync::Arc::clone(&in_flight));
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{}}\n")
+            .await
+            .unwrap();
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert!(line.contains("ping"), "{line}");
+        // The session's end fires a call's token too.
+        let token = in_flight.cancel_of(&id, &session);
+        session.cancel();
+        tokio::time::timeout(Duration::from_secs(10), token.cancelled())
+            .await
+            .expect("the session's end fired the call's token");
     }
 
     /// A client that writes requests and reads nothing gets [`MAX_IN_FLIGHT`] of them to
-    /// rmcp, the next only once one is answered or cancelled.
+    /// rmcp, the next only once one is answered (a cancel gives no place back: the
+    /// cancelled request is still answered).
     #[tokio::test]
-    async fn requests_past_the_bound_wait_for_an_answer_or_a_cancel() {
+    async fn requests_past_the_bound_wait_for_an_answer() {
         let ping = |i: usize| format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}\n");
         let mut input = String::new();
         for i in 0..MAX_IN_FLIGHT + 1 {
@@ -815,15 +894,11 @@ mod tests {
             .unwrap();
         let line = lines.next_line().await.unwrap().unwrap();
         assert!(line.contains(&format!("\"id\":{MAX_IN_FLIGHT},")), "{line}");
-        // The cancel passes and gives request 3's place back: the last request follows.
-        assert!(
-            lines
-                .next_line()
-                .await
-                .unwrap()
-                .unwrap()
-                .contains("cancelled")
-        );
+        // The cancel is not passed on and gives no place back; request 3's answer does.
+        assert!(blocked(&mut lines).await, "a cancel gave a place back");
+        out.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n")
+            .await
+            .unwrap();
         let line = lines.next_line().await.unwrap().unwrap();
         assert!(line.contains("\"id\":1000,"), "{line}");
     }
