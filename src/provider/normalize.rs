@@ -610,6 +610,10 @@ pub struct StreamAssembler {
     by_item: HashMap<String, usize>,
     /// Anthropic: the type of each content block started, by index.
     blocks: HashMap<u64, String>,
+    /// Anthropic: the blocks started and not stopped yet, and whether the message's stop
+    /// reason says it was cut.
+    open: HashSet<u64>,
+    cut: bool,
     /// Responses: the `message` items added, by id and by output index, which alone may
     /// carry text.
     text_items: HashSet<String>,
@@ -642,6 +646,8 @@ impl StreamAssembler {
             by_index: HashMap::new(),
             by_item: HashMap::new(),
             blocks: HashMap::new(),
+            open: HashSet::new(),
+            cut: false,
             text_items: HashSet::new(),
             text_indexes: HashSet::new(),
         }
@@ -985,6 +991,7 @@ impl StreamAssembler {
                         &format!("content block {index} started twice"),
                     ));
                 }
+                self.open.insert(index);
                 if block_type != "tool_use" {
                     return Ok(());
                 }
@@ -1008,6 +1015,12 @@ impl StreamAssembler {
                         &format!("`{delta_type}` for content block {index}, which never started"),
                     ));
                 };
+                if !self.open.contains(&index) {
+                    return Err(bad(
+                        provider,
+                        &format!("`{delta_type}` for content block {index}, which had stopped"),
+                    ));
+                }
                 match (delta_type, block_type.as_str()) {
                     ("input_json_delta", "tool_use") => {
                         if let (Some(&at), Some(fragment)) = (
@@ -1029,6 +1042,43 @@ impl StreamAssembler {
                     _ => Ok(()),
                 }
             }
+            "content_block_stop" => {
+                let index = block_index(provider, obj, kind)?;
+                if !self.open.remove(&index) {
+                    return Err(bad(
+                        provider,
+                        &format!("content block {index} stopped, but it was not open"),
+                    ));
+                }
+                Ok(())
+            }
+            "message_delta" => {
+                if let Some(reason) = obj
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    self.cut = Cut::of(provider, reason).is_some();
+                }
+                Ok(())
+            }
+            // A `tool_use` block still open when a message that says it ended whole stops:
+            // its arguments were read as a finished call that did not parse, and the turn
+            // asked again until its round limit (front round 25). A message cut short
+            // (`max_tokens`) is read as cut, its open block with it; an open text block
+            // loses nothing.
+            "message_stop" => match self
+                .open
+                .iter()
+                .filter(|i| self.blocks.get(i).is_some_and(|t| t == "tool_use"))
+                .min()
+            {
+                Some(index) if !self.cut => Err(bad(
+                    provider,
+                    &format!("the message stopped with content block {index} still open"),
+                )),
+                _ => Ok(()),
+            },
             "error" => Err(ProviderError::Upstream(
                 obj.get("error")
                     .map_or_else(|| "the stream failed".to_string(), error_message),

@@ -2049,11 +2049,20 @@ fn stream_events_out_of_place_are_refused() {
     let tool_block = json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}});
     let text = |i: u64| json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": "ghost"}});
     let args = |i: u64| json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": "{}"}});
+    let stop = |i: u64| json!({"type": "content_block_stop", "index": i});
     let anthropic = Provider::Anthropic;
     assert_eq!(
         refused(
             anthropic,
-            &[text_block.clone(), text(0), tool_block.clone(), args(1)]
+            &[
+                text_block.clone(),
+                text(0),
+                stop(0),
+                tool_block.clone(),
+                args(1),
+                stop(1),
+                json!({"type": "message_stop"})
+            ]
         ),
         None
     );
@@ -2065,6 +2074,22 @@ fn stream_events_out_of_place_are_refused() {
             vec![tool_block.clone(), tool_block.clone()],
             "started twice",
         ),
+        // A block the message stops with, still open, is cut short: not a finished call
+        // whose arguments do not parse, asked again to the round limit (front round 25).
+        (
+            vec![
+                tool_block.clone(),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"city\":"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}),
+                json!({"type": "message_stop"}),
+            ],
+            "content block 1 still open",
+        ),
+        (
+            vec![tool_block.clone(), stop(1), args(1)],
+            "which had stopped",
+        ),
+        (vec![text_block.clone(), stop(0), stop(0)], "not open"),
     ] {
         let e = refused(anthropic, &events).unwrap_or_else(|| panic!("{events:?} was read"));
         assert!(e.contains(says), "{e}");
