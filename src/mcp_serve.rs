@@ -484,6 +484,23 @@ fn build(parts: &ServeParts, catalog: &Arc<Catalog>) -> Result<Current> {
     })
 }
 
+/// The requests a client may send (MCP 2025-06-18), which rmcp reads by their types.
+const MCP_CLIENT_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+];
+
 /// One client session's handler: the host, whether the session's peer is among those
 /// told of tool changes, and on stdio the requests in flight, whose cancellations the
 /// line filter takes instead of rmcp ([`stdio::InFlight::cancel`]).
@@ -527,6 +544,27 @@ impl ServerHandler for Handler {
                 .and_then(Value::as_str)
                 .unwrap_or("refused");
             return Err(ErrorData::invalid_request(reason.to_string(), None));
+        }
+        // A method rmcp knows lands here when its params do not read as its type: that is
+        // invalid params, not an unknown method (front round 25 F3: `tools/call` with
+        // `arguments: "x"` was answered "method not found").
+        if MCP_CLIENT_METHODS.contains(&request.method.as_str()) {
+            let why = match (request.method.as_str(), request.params) {
+                ("tools/call", Some(params)) => {
+                    serde_json::from_value::<CallToolRequestParams>(params)
+                        .err()
+                        .map(|e| crate::shown::head(&e.to_string(), 300).to_string())
+                }
+                _ => None,
+            };
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "invalid params for `{}`: {}",
+                    request.method,
+                    why.as_deref().unwrap_or("they do not read as the method's")
+                ),
+                None,
+            ));
         }
         Err(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,

@@ -1311,6 +1311,78 @@ fn a_call_given_up_on_is_cancelled_at_the_server() {
     );
 }
 
+/// `mcp serve` over stdio spoken to line by line: what a client sends, raw, and each JSON
+/// line it answers.
+struct RawStdio {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl RawStdio {
+    fn start(args: &[&std::ffi::OsStr]) -> RawStdio {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .args(["mcp", "serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel::<Value>();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Ok(v) = serde_json::from_str(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        RawStdio {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, v: &Value) {
+        writeln!(self.stdin, "{v}").unwrap();
+    }
+
+    fn send_bytes(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+    }
+
+    fn next(&self) -> Value {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("an answer within 60 s")
+    }
+
+    /// `initialize` answered, then `initialized`.
+    fn initialize(&mut self) -> Value {
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        );
+        let initialized = self.next();
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        initialized
+    }
+}
+
+impl Drop for RawStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A request the client cancels is still answered (as cancelled), and a request sent after
 /// the cancel under the same id waits for that answer and is answered itself (sandbox
 /// round 31: rmcp forgot the cancelled request at once, its late answer took the new
@@ -1318,64 +1390,75 @@ fn a_call_given_up_on_is_cancelled_at_the_server() {
 #[test]
 fn a_cancelled_id_sent_again_is_answered_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args(["mcp", "serve"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "cancels", "version": "1"}}}),
-    );
-    lines.recv_timeout(Duration::from_secs(60)).unwrap();
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let state = dir.path().join("state");
+    let mut server = RawStdio::start(&["--state-dir".as_ref(), state.as_os_str()]);
+    server.initialize();
     let call = |code: &str| {
         json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call",
                "params": {"name": "tool_search_code", "arguments": {"code": code}}})
     };
     for round in 0..3 {
-        send(call(
+        server.send(&call(
             "const t = Date.now(); while (Date.now() - t < 200) {} return 'first'",
         ));
-        send(
-            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "x"}}),
-        );
-        send(call("return 'second'"));
-        let mut answers = Vec::new();
-        while answers.len() < 2 {
-            let answer = lines
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("round {round}: only {answers:?}"));
-            assert_eq!(answer["id"], "x", "{answer}");
-            answers.push(answer.to_string());
-        }
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "x"}}));
+        server.send(&call("return 'second'"));
+        let answers: Vec<String> = (0..2)
+            .map(|_| {
+                let answer = server.next();
+                assert_eq!(answer["id"], "x", "round {round}: {answer}");
+                answer.to_string()
+            })
+            .collect();
         assert!(
             answers[0].contains("cancelled"),
             "round {round}: {answers:?}"
         );
         assert!(answers[1].contains("second"), "round {round}: {answers:?}");
     }
-    drop(send);
-    drop(stdin);
-    let _ = child.wait();
+}
+
+/// A request whose id rmcp could answer under is answered under it, whatever else is
+/// wrong with it, and a known method with params that do not read is `invalid params`
+/// (front round 25 F3, F4: no `jsonrpc`, `jsonrpc: "1.0"`, `params: []` or a line that is
+/// not UTF-8 were answered under no id or not at all, and `tools/call` with string
+/// arguments was "method not found").
+#[test]
+fn a_malformed_request_is_answered_under_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut server = RawStdio::start(&["--state-dir".as_ref(), state.as_os_str()]);
+    server.initialize();
+    let lines: [(&[u8], i64, &str); 5] = [
+        (br#"{"id":15,"method":"tools/list"}"#, -32600, "jsonrpc"),
+        (br#"{"jsonrpc":"1.0","id":16,"method":"tools/list"}"#, -32600, "jsonrpc"),
+        (br#"{"jsonrpc":"2.0","id":18,"method":"tools/list","params":[]}"#, -32600, "params"),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{\"name\":\"tool_search_code\",\"arguments\":{\"code\":\"return '\xff'\"}}}",
+            -32600,
+            "UTF-8",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"tool_search_code","arguments":"x"}}"#,
+            -32602,
+            "invalid params for `tools/call`",
+        ),
+    ];
+    for (line, code, says) in lines {
+        server.send_bytes(line);
+        let answer = server.next();
+        let shown = String::from_utf8_lossy(line);
+        let id = serde_json::from_str::<Value>(&shown).unwrap()["id"].clone();
+        assert_eq!(answer["id"], id, "{shown}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{shown}: {answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(says),
+            "{shown}: {answer}"
+        );
+    }
+    // And the session goes on.
+    server.send(&json!({"jsonrpc": "2.0", "id": 20, "method": "ping"}));
+    assert_eq!(server.next()["id"], 20);
 }
 
 /// A client that says `notifications/initialized` again and again is told of a tool change
@@ -1405,43 +1488,21 @@ toolSearch = false
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args(["mcp", "serve"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Ok(v) = serde_json::from_str(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "repeats", "version": "1"}}}),
-    );
-    let initialized = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+    let state = dir.path().join("state");
+    let mut server = RawStdio::start(&[
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    let initialized = server.initialize();
     assert_eq!(initialized["id"], 1, "{initialized}");
-    for _ in 0..50 {
-        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for _ in 0..49 {
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     }
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    server.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let listed = loop {
-        let v = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+        let v = server.next();
         if v["id"] == 2 {
             break v;
         }
@@ -1454,8 +1515,8 @@ toolSearch = false
         .find(|n| n.contains("add_tool"))
         .unwrap_or_else(|| panic!("{listed}"))
         .to_string();
-    send(
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": add, "arguments": {"name": "late_tool"}}}),
     );
     // The change's notifications come together once the catalog is rebuilt; a second
@@ -1466,7 +1527,7 @@ toolSearch = false
     while started.elapsed() < Duration::from_secs(60)
         && first_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_secs(1))
     {
-        let Ok(v) = lines.recv_timeout(Duration::from_millis(100)) else {
+        let Ok(v) = server.lines.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
         if v["method"] == "notifications/tools/list_changed" {
@@ -1474,7 +1535,6 @@ toolSearch = false
             first_at.get_or_insert_with(Instant::now);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert_eq!(changed, 1);
 }

@@ -48,6 +48,11 @@ enum Reads {
     Request(IdKey),
     /// Well-formed JSON it cannot read as a message: answered `Invalid request`, no id.
     Invalid,
+    /// A request rmcp cannot read, with an id it could answer under: refused here under
+    /// that id, for this reason (rmcp answered such lines under no id, and the client that
+    /// sent `{"id": 15, "method": "tools/list"}` without `jsonrpc`, or a line that is not
+    /// UTF-8, waited for its timeout: front round 25 F3, F4).
+    Refused(Value, String),
     /// A client's cancel of this request: taken by [`InFlight::cancel`], not passed on.
     Cancel(IdKey),
     /// A notification or a client's answer: nothing comes back.
@@ -77,6 +82,12 @@ fn reads(line: &[u8]) -> Reads {
         Ok(_) => Reads::Nothing,
         Err(e) => match e.classify() {
             serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                if std::str::from_utf8(body).is_err()
+                    && let Ok(v) = serde_json::from_str::<Value>(&String::from_utf8_lossy(body))
+                    && let Some(id) = answerable(&v)
+                {
+                    return Reads::Refused(id, "the request is not UTF-8 text".into());
+                }
                 let text = e.to_string();
                 let beyond = text.contains("recursion limit") || text.contains("out of range");
                 Reads::Unreadable(beyond.then_some(text))
@@ -88,12 +99,39 @@ fn reads(line: &[u8]) -> Reads {
                 let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
                 if v.get("id").is_none() && v.get("method").is_some_and(Value::is_string) {
                     Reads::Nothing
+                } else if let Some(id) = answerable(&v) {
+                    Reads::Refused(id, unreadable_request(&v))
                 } else {
                     Reads::Invalid
                 }
             }
         },
     }
+}
+
+/// The id of a request (it names a method) that rmcp could answer under: a string, or an
+/// integer it holds (an `i64`).
+fn answerable(v: &Value) -> Option<Value> {
+    v.get("method")?;
+    let id = v.get("id")?;
+    (id.is_string() || id.is_i64()).then(|| id.clone())
+}
+
+/// Why a request with an id is not one rmcp reads.
+fn unreadable_request(v: &Value) -> String {
+    let why = if v.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        "`jsonrpc` must be \"2.0\""
+    } else if !v["method"].is_string() {
+        "`method` must be a string"
+    } else if v
+        .get("params")
+        .is_some_and(|p| !p.is_object() && !p.is_null())
+    {
+        "`params` must be an object"
+    } else {
+        "it is not a request this server reads"
+    };
+    format!("invalid request: {why}")
 }
 
 /// The requests rmcp has and has not answered, and whether it can write its answers: a
@@ -299,7 +337,7 @@ async fn account(reading: Reads, in_flight: &InFlight) {
         Reads::Request(id) => in_flight.request(id).await,
         Reads::Invalid => in_flight.invalid().await,
         Reads::Cancel(id) => in_flight.cancel(&id),
-        Reads::Nothing | Reads::Unreadable(_) => {}
+        Reads::Nothing | Reads::Unreadable(_) | Reads::Refused(..) => {}
     }
 }
 
@@ -337,8 +375,13 @@ pub fn filtered(
                 None => reads(&line),
                 Some(_) => Reads::Nothing,
             };
+            let mut request_id = None;
             let reason = match &reading {
                 Reads::Unreadable(Some(why)) => Some(format!("the request is not read: {why}")),
+                Reads::Refused(id, why) => {
+                    request_id = Some(id.clone());
+                    Some(why.clone())
+                }
                 _ => reason,
             };
             in_flight.writable().await;
@@ -355,7 +398,7 @@ pub fn filtered(
                 }
                 Some(reason) => {
                     tracing::warn!("mcp serve: a request refused: {reason}");
-                    match refused_request(id.id(), &reason) {
+                    match refused_request(request_id.take().or_else(|| id.id()), &reason) {
                         Some(request) => {
                             account(reads(request.trim_end().as_bytes()), &in_flight).await;
                             writer.write_all(request.as_bytes()).await
@@ -647,14 +690,36 @@ mod tests {
             reads(format!(r#"{{"jsonrpc":"2.0","id":"{long}","method":"ping"}}"#).as_bytes()),
             Reads::Request(key(serde_json::json!(long)))
         );
+        // Under no id only when there is none rmcp could answer under.
         for line in [
             r#"{"jsonrpc":"2.0","id":10.5,"method":"ping"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":42}"#,
-            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
         ] {
             assert_eq!(reads(line.as_bytes()), Reads::Invalid, "{line}");
+        }
+        // A request with an id rmcp can hold is refused under it, with what is wrong
+        // (front round 25 F3, F4: answered under no id, or not at all).
+        for (line, says) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":42}"#[..],
+                "`params` must be an object",
+            ),
+            (br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, "`jsonrpc`"),
+            (br#"{"id":1,"method":"tools/list"}"#, "`jsonrpc`"),
+            (br#"{"jsonrpc":"2.0","id":1,"method":7}"#, "`method`"),
+            (
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}",
+                "not UTF-8",
+            ),
+        ] {
+            match reads(line) {
+                Reads::Refused(id, why) => {
+                    assert_eq!(id, serde_json::json!(1));
+                    assert!(why.contains(says), "{why}");
+                }
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(line)),
+            }
         }
         assert_eq!(
             reads(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10.0}}"#),
@@ -725,8 +790,9 @@ mod tests {
             .unwrap();
         lines.next_line().await.unwrap().unwrap();
 
-        // Lines rmcp cannot read: a place each, given back by answers under no id.
-        let bad = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":42}\n";
+        // Lines rmcp cannot read, with no id it could answer under: a place each, given
+        // back by answers under no id.
+        let bad = "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}\n";
         let in_flight = InFlight::new();
         let mut lines = through(bad.repeat(MAX_IN_FLIGHT + 1).into_bytes(), &in_flight);
         for _ in 0..MAX_IN_FLIGHT {
