@@ -35,14 +35,13 @@ pub struct Params(Vec<(String, String)>);
 impl Params {
     /// The value of `key`, if given; given more than once, a 400 (`stream=true&stream=false`
     /// was settled by whichever came last, front round 24).
-    pub fn one(&self, key: &str) -> Result<Option<&str>, Response> {
+    pub fn one(&self, key: &str) -> Result<Option<&str>, ApiError> {
         let mut found = self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v);
         match (found.next(), found.next()) {
             (Some(_), Some(_)) => Err(ApiError::bad_request(format!(
                 "{key}: given more than once in the query string"
             ))
-            .param(key)
-            .into_response()),
+            .param(key)),
             (value, _) => Ok(value.map(String::as_str)),
         }
     }

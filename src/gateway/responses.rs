@@ -271,7 +271,7 @@ pub(super) async fn retrieve(
 ) -> Response {
     let (stream, starting_after) = match (query.one("stream"), query.one("starting_after")) {
         (Ok(stream), Ok(after)) => (stream, after),
-        (Err(e), _) | (_, Err(e)) => return e,
+        (Err(e), _) | (_, Err(e)) => return e.into_response(),
     };
     let stored = match gw.in_flight.find(gw.store.as_ref(), &id) {
         Found::Stored(stored) => stored,
