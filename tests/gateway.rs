@@ -379,13 +379,14 @@ fn retries_of_refused_connections_end_before_the_keep_alive_opens_the_stream() {
     });
 }
 
-/// The attempts count against the budget as well as the waits (front round 25 F1: a
-/// provider that took 4.5 s to answer 429 was asked four times, 21 s in all, and the
-/// streamed client got a 200 stream that failed after the keep-alive, not the 429).
+/// The attempts count against the budget as well as the waits, the retry's own included
+/// (front round 25 F1: a provider that took 4.5 s to answer 429 was asked four times, 21 s
+/// in all; round 26 F1: a retry that started within the budget and took as long again ended
+/// after the keep-alive): the streamed client gets the 429, not a 200 stream that fails.
 #[test]
 fn retries_of_a_slow_provider_end_before_the_keep_alive_opens_the_stream() {
-    let (provider, _) = scripted_provider(|_, _, _| {
-        std::thread::sleep(Duration::from_millis(1_500));
+    let (provider, asked) = scripted_provider(|_, _, _| {
+        std::thread::sleep(Duration::from_millis(2_750));
         Reply::json(
             429,
             &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
@@ -396,7 +397,7 @@ fn retries_of_a_slow_provider_end_before_the_keep_alive_opens_the_stream() {
     let (_gw, url) = gateway_with(
         &provider,
         dir.path(),
-        "max_retries = 4\n[gateway]\nstream_keepalive_ms = 2500\n",
+        "max_retries = 4\n[gateway]\nstream_keepalive_ms = 6000\n",
     );
     runtime().block_on(async {
         let r = reqwest::Client::new()
@@ -405,13 +406,15 @@ fn retries_of_a_slow_provider_end_before_the_keep_alive_opens_the_stream() {
             .send()
             .await
             .unwrap();
-        // 1.5 s into the 1.67 s budget, a retry after 1 s would end past it.
+        // A retry 1 s after the first 2.75 s attempt starts within the 4 s budget, but
+        // taking 2.75 s again it ends at 6.5 s, after the 6 s keep-alive.
         let status = r.status();
         let retry_after = r.headers().get("retry-after").cloned();
         let body = r.text().await.unwrap();
         assert_eq!(status, 429, "{body}");
         assert_eq!(retry_after.unwrap(), "1");
     });
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 #[test]

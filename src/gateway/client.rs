@@ -85,8 +85,8 @@ pub struct HttpModel {
     api_key: Option<String>,
     stream: bool,
     retries: u32,
-    /// How long after its first attempt a request may still be retried, its attempts and
-    /// the waits between them together ([`HttpModel::waiting_under`]).
+    /// How long after its first attempt a request's retries must have ended, its attempts
+    /// and the waits between them together ([`HttpModel::waiting_under`]).
     retry_wait: Duration,
     /// `[provider] max_output_tokens`: the bound of a request that names none.
     max_output_tokens: Option<u64>,
@@ -242,9 +242,14 @@ impl HttpModel {
         let shown = shown_url(&url);
         let mut attempt = 0;
         let first = tokio::time::Instant::now();
-        // Whether a retry after `wait` still starts within the budget.
-        let in_budget = |wait: Duration| first.elapsed() + wait <= self.retry_wait;
+        // Whether a retry after `wait` still ends within the budget, if it takes as long as
+        // the attempt before it (front round 26 F1: a retry that started within the budget
+        // and took 8 s to be refused again ended after the keep-alive had opened the stream).
+        let in_budget = |wait: Duration, tried: tokio::time::Instant| {
+            first.elapsed() + wait + tried.elapsed() <= self.retry_wait
+        };
         loop {
+            let tried = tokio::time::Instant::now();
             let response = match self
                 .request(reqwest::Method::POST, &url)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -260,7 +265,7 @@ impl HttpModel {
                 Err(e)
                     if attempt < self.retries
                         && (e.is_connect() || e.is_timeout())
-                        && in_budget(backoff(attempt + 1, None)) =>
+                        && in_budget(backoff(attempt + 1, None), tried) =>
                 {
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt, None)).await;
@@ -292,7 +297,7 @@ impl HttpModel {
                 // client hears the provider's answer and waits as it asked.
                 let asked_longer =
                     retry_after.is_some_and(|s| s.saturating_mul(1000) > MAX_BACKOFF_MS);
-                if !asked_longer && in_budget(wait) {
+                if !asked_longer && in_budget(wait, tried) {
                     attempt += 1;
                     tokio::time::sleep(wait).await;
                     continue;
