@@ -686,6 +686,9 @@ impl StreamAssembler {
 
     /// The assembled calls, ids filled in and arguments parsed.
     pub fn finish(self) -> Result<Vec<ToolCall>, ProviderError> {
+        // The stream ended, at `message_stop` or after the `message_delta` that says why
+        // (front round 26 F2: a body that ended there skipped the check at `message_stop`).
+        self.no_call_left_open()?;
         let raw = self
             .calls
             .into_iter()
@@ -704,6 +707,26 @@ impl StreamAssembler {
             })
             .collect();
         finish_calls(raw)
+    }
+
+    /// Anthropic: no `tool_use` block still open when a message that says it ended whole
+    /// stops: its arguments were read as a finished call that did not parse, and the turn
+    /// asked again until its round limit (front round 25). A message cut short
+    /// (`max_tokens`) is read as cut, its open block with it; an open text block loses
+    /// nothing.
+    fn no_call_left_open(&self) -> Result<(), ProviderError> {
+        let open_call = self
+            .open
+            .iter()
+            .filter(|i| self.blocks.get(i).is_some_and(|t| t == "tool_use"))
+            .min();
+        match open_call {
+            Some(index) if !self.cut => Err(bad(
+                self.provider,
+                &format!("the message stopped with content block {index} still open"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A new call; past [`MAX_TOOL_CALLS`] the stream is refused.
@@ -1062,23 +1085,7 @@ impl StreamAssembler {
                 }
                 Ok(())
             }
-            // A `tool_use` block still open when a message that says it ended whole stops:
-            // its arguments were read as a finished call that did not parse, and the turn
-            // asked again until its round limit (front round 25). A message cut short
-            // (`max_tokens`) is read as cut, its open block with it; an open text block
-            // loses nothing.
-            "message_stop" => match self
-                .open
-                .iter()
-                .filter(|i| self.blocks.get(i).is_some_and(|t| t == "tool_use"))
-                .min()
-            {
-                Some(index) if !self.cut => Err(bad(
-                    provider,
-                    &format!("the message stopped with content block {index} still open"),
-                )),
-                _ => Ok(()),
-            },
+            "message_stop" => self.no_call_left_open(),
             "error" => Err(ProviderError::Upstream(
                 obj.get("error")
                     .map_or_else(|| "the stream failed".to_string(), error_message),

@@ -1222,14 +1222,30 @@ fn anthropic_stream_server_tools_orphans_and_errors() {
     assert_eq!(assembler.push(&error).unwrap_err().code(), "provider-error");
     assert_eq!(assembler.finish().unwrap(), []);
 
-    // A truncated stream: the arguments do not parse, and the call says so.
-    let mut assembler = StreamAssembler::new(Provider::Anthropic);
-    for e in [
+    // A truncated stream, its call's block still open: refused, not a call whose
+    // arguments do not parse; cut by `max_tokens`, the call says its arguments are cut.
+    let truncated = [
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "send_message", "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"text\": \"hel"}}),
-    ] {
-        assembler.push(&e).unwrap();
+    ];
+    let mut assembler = StreamAssembler::new(Provider::Anthropic);
+    for e in &truncated {
+        assembler.push(e).unwrap();
     }
+    assert!(
+        assembler
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("still open")
+    );
+    let mut assembler = StreamAssembler::new(Provider::Anthropic);
+    for e in &truncated {
+        assembler.push(e).unwrap();
+    }
+    assembler
+        .push(&json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}))
+        .unwrap();
     let calls = assembler.finish().unwrap();
     assert_eq!(calls[0].name, "send_message");
     assert!(unreadable(&calls).contains("not valid JSON"));
@@ -2037,13 +2053,21 @@ fn an_empty_finish_reason_does_not_end_a_stream() {
 /// on as the answer's, and a second start of one index became a second call).
 #[test]
 fn stream_events_out_of_place_are_refused() {
+    // `{"type": "finish"}` stands for the end of the body.
     let refused = |provider: Provider, events: &[Value]| {
         let mut assembler = StreamAssembler::new(provider);
-        events
-            .iter()
-            .map(|e| assembler.push(e))
-            .find_map(Result::err)
-            .map(|e| e.to_string())
+        for e in events {
+            if e["type"] == "finish" {
+                return std::mem::replace(&mut assembler, StreamAssembler::new(provider))
+                    .finish()
+                    .err()
+                    .map(|e| e.to_string());
+            }
+            if let Err(e) = assembler.push(e) {
+                return Some(e.to_string());
+            }
+        }
+        None
     };
     let text_block = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
     let tool_block = json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}}});
@@ -2088,6 +2112,15 @@ fn stream_events_out_of_place_are_refused() {
         (
             vec![tool_block.clone(), stop(1), args(1)],
             "which had stopped",
+        ),
+        // Nor when the body ends after the `message_delta` (front round 26 F2).
+        (
+            vec![
+                tool_block.clone(),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                json!({"type": "finish"}),
+            ],
+            "content block 1 still open",
         ),
         (vec![text_block.clone(), stop(0), stop(0)], "not open"),
     ] {
