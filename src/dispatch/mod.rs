@@ -343,30 +343,32 @@ impl Dispatcher {
             request.parent.as_deref(),
             &entry.descriptor.name,
         );
-        let (mut args, checked) = self
-            .validators
-            .check_aside(entry, std::mem::take(&mut request.args))
-            .await;
-        if let Err(e) = checked {
-            self.log.no_effect(
-                "call",
-                call_event(entry, &call_id, &request, e.code(), started, None),
-            );
-            return Err(e);
-        }
-        // From here the call may wait (an approval, the hook lock), run a before-hook (which
-        // sees the arguments) or its tool: a caller that stops waiting (its run ended, its
-        // turn was aborted) still leaves the call in the log, as `aborted`, with the stage
-        // it had reached. Every return below that logs the call itself disarms it first.
+        let given = std::mem::take(&mut request.args);
+        // From here the call may wait (its validation, an approval, the hook lock), run a
+        // before-hook (which sees the arguments) or its tool: a caller that stops waiting
+        // (its run ended, its turn was aborted) still leaves the call in the log, as
+        // `aborted`, with the stage it had reached. Every return below that logs the call
+        // itself disarms it first. (Armed only after the validation, a run that ended while
+        // its call was validated counted the call and logged nothing: sandbox round 32 F3.)
         let mut unlogged = Unlogged {
             dispatcher: self,
             entry,
             call_id: call_id.clone(),
             request: &request,
             started,
-            stage: "approval",
+            stage: "validation",
             armed: true,
         };
+        let (mut args, checked) = self.validators.check_aside(entry, given).await;
+        if let Err(e) = checked {
+            unlogged.armed = false;
+            self.log.no_effect(
+                "call",
+                call_event(entry, &call_id, &request, e.code(), started, None),
+            );
+            return Err(e);
+        }
+        unlogged.stage = "approval";
 
         if let Some((rule, timeout)) = self.approvals.required(&entry.descriptor) {
             let ask = ApprovalRequest {
@@ -706,7 +708,7 @@ fn call_event(
     })
 }
 
-/// A call between its validation and its own `call` event: dropped armed (the future was
+/// A call between its resolution and its own `call` event: dropped armed (the future was
 /// dropped: a sandbox run that ended, a turn that was aborted), it logs the call as
 /// `aborted` with the stage it reached, so every call that may have acted (a hook, the tool)
 /// is in the log.
@@ -716,7 +718,8 @@ struct Unlogged<'a> {
     call_id: String,
     request: &'a CallRequest,
     started: Instant,
-    /// How far the call got: `approval`, `before-hooks`, `executor` or `after-hooks`.
+    /// How far the call got: `validation`, `approval`, `before-hooks`, `executor` or
+    /// `after-hooks`.
     stage: &'static str,
     armed: bool,
 }
