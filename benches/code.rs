@@ -24,7 +24,7 @@ struct Flood;
 
 impl Bridge for Flood {
     fn call(&self, _: BridgeMethod, _: Vec<Value>, _: CancellationToken) -> BridgeFuture<'_> {
-        Box::pin(async { Ok(json!("a".repeat(256 * 1024))) })
+        Box::pin(async { Ok(toolsearch::sandbox::answer(&"a".repeat(256 * 1024))) })
     }
 }
 

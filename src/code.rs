@@ -18,7 +18,8 @@ use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
 use crate::sandbox::spares::SparePool;
 use crate::sandbox::{
-    Bridge, BridgeFailure, BridgeFuture, Child, Deadline, LogLine, RunReport, Sandbox, SandboxError,
+    Answer, Bridge, BridgeFailure, BridgeFuture, Child, Deadline, LogLine, RunReport, Sandbox,
+    SandboxError, answer,
 };
 
 /// Per-run counts, reported in the result's telemetry.
@@ -128,8 +129,12 @@ impl Bridge for DispatchBridge {
                     // Counted once it reaches the dispatch path, which logs it: the run's
                     // telemetry and the session log agree.
                     self.counts.searches.fetch_add(1, Ordering::Relaxed);
-                    let hits = self.dispatcher.search(&query, limit).map_err(fail)?;
-                    Ok(serde_json::to_value(hits).unwrap_or(Value::Null))
+                    let dispatcher = Arc::clone(&self.dispatcher);
+                    aside(move || {
+                        let hits = dispatcher.search(&query, limit).map_err(fail)?;
+                        Ok(answer(&hits))
+                    })
+                    .await
                 }
                 BridgeMethod::Describe => {
                     let Value::String(id) = arg(0) else {
@@ -139,8 +144,12 @@ impl Bridge for DispatchBridge {
                         });
                     };
                     self.counts.describes.fetch_add(1, Ordering::Relaxed);
-                    let d = self.dispatcher.describe(&id, "code").map_err(fail)?;
-                    Ok(serde_json::to_value(d).unwrap_or(Value::Null))
+                    let dispatcher = Arc::clone(&self.dispatcher);
+                    aside(move || {
+                        let d = dispatcher.describe(&id, "code").map_err(fail)?;
+                        Ok(answer(&d))
+                    })
+                    .await
                 }
                 BridgeMethod::Call => {
                     let Value::String(id) = arg(0) else {
@@ -162,11 +171,28 @@ impl Bridge for DispatchBridge {
                     request.parent = Some(self.run_id.clone());
                     request.cancel = cancel;
                     let envelope = self.dispatcher.call(request).await.map_err(fail)?;
-                    Ok(envelope.for_model())
+                    Ok(answer(&envelope.for_model()))
                 }
             }
         })
     }
+}
+
+/// Runs a search or a describe on a blocking thread, the answer's text made there too.
+/// Their work grows with what the caller and the catalog bring (the first search of a
+/// catalog builds its index: 5 s for 10,000 tools; describes of 1.5 MB schemas), and on the
+/// runtime's workers it held them: four runs with 64 such describes each kept their
+/// deadlines from firing for 8 s and every other client of `mcp serve` waiting (sandbox
+/// round 32 F1, F2).
+async fn aside(
+    work: impl FnOnce() -> Result<Answer, BridgeFailure> + Send + 'static,
+) -> Result<Answer, BridgeFailure> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(BridgeFailure {
+            code: "internal".into(),
+            message: format!("the dispatch path failed: {e}"),
+        })
+    })
 }
 
 /// `telemetry` of a `tool_search_code` result.

@@ -1418,6 +1418,74 @@ fn a_cancelled_id_sent_again_is_answered_twice() {
     }
 }
 
+/// A bridge call's work runs off the runtime: two runs whose first search waits for the
+/// index of a large catalog leave `mcp serve` answering (sandbox round 32 F1, F2: the
+/// index build and describes of huge schemas ran in the run loop, held both workers, and a
+/// `ping` waited 6.6 s with every run past its deadline).
+#[test]
+fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("cat");
+    std::fs::create_dir(&catalog).unwrap();
+    let mut tools = String::new();
+    for i in 0..10_000 {
+        let words: Vec<String> = (0..150)
+            .map(|j| format!("w{}", (i * 7 + j * 13) % 4999))
+            .collect();
+        tools.push_str(&json!({"name": format!("tool_{i}"), "description": words.join(" "), "input_schema": {"type": "object", "properties": {}}, "executor": {"kind": "fixture", "text": "ok"}}).to_string());
+        tools.push('\n');
+    }
+    std::fs::write(catalog.join("tools.jsonl"), tools).unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(&config, "[catalog]\npaths = [\"cat\"]\ncache = false\n").unwrap();
+    // What loading and indexing take here, for the measure of "answering" below.
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["search", "w17"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let indexing = started.elapsed();
+
+    let state = dir.path().join("state");
+    let mut server = RawStdio::start(&[
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    server.initialize();
+    for id in [10, 11] {
+        server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "tool_search_code",
+            "arguments": {"code": "const hits = await openclaw.tools.search('w17'); return hits.length"}}}));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let pinged = Instant::now();
+    server.send(&json!({"jsonrpc": "2.0", "id": 12, "method": "ping"}));
+    let mut answered = Vec::new();
+    while answered.len() < 3 {
+        let answer = server.next();
+        if answer["id"] == 12 {
+            assert!(
+                pinged.elapsed() < indexing / 2,
+                "ping answered after {:?}; loading and indexing take {indexing:?}",
+                pinged.elapsed()
+            );
+        }
+        answered.push(answer);
+    }
+    for run in answered.iter().filter(|a| a["id"] != 12) {
+        assert!(run.to_string().contains(r#"\"ok\":true"#), "{run}");
+    }
+}
+
 /// A request whose id rmcp could answer under is answered under it, whatever else is
 /// wrong with it, and a known method with params that do not read is `invalid params`
 /// (front round 25 F3, F4: no `jsonrpc`, `jsonrpc: "1.0"`, `params: []` or a line that is

@@ -78,7 +78,18 @@ pub struct BridgeFailure {
     pub message: String,
 }
 
-pub type BridgeFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, BridgeFailure>> + Send + 'a>>;
+/// A bridge call's answer as JSON text: made where the call's work is done (the dispatch
+/// path's CPU-bound work runs on a blocking thread), so the run loop only copies it out.
+pub type Answer = Box<serde_json::value::RawValue>;
+
+/// `value` as an [`Answer`].
+pub fn answer(value: &impl Serialize) -> Answer {
+    // A value that does not serialize (a map with keys that are not strings) is none.
+    serde_json::value::to_raw_value(value).unwrap_or_default()
+}
+
+pub type BridgeFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Answer, BridgeFailure>> + Send + 'a>>;
 
 /// Where `openclaw.tools.*` calls go.
 pub trait Bridge: Send + Sync + 'static {

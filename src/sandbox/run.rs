@@ -20,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{self, ChildFrame, Frame, ProtocolError};
-use super::{Bridge, BridgeFailure, Child, LogLine, RunReport, Sandbox, SandboxError};
+use super::{Answer, Bridge, BridgeFailure, Child, LogLine, RunReport, Sandbox, SandboxError};
 
 /// Frames to the child, written from the run loop itself without ever waiting: each is
 /// written at once as far as the socket takes it, and what it does not take waits here
@@ -52,6 +52,33 @@ impl Outbox {
     }
 
     fn send(&mut self, frame: &Value) -> Result<(), SandboxError> {
+        let mut bytes = frame.to_string().into_bytes();
+        bytes.push(b'\n');
+        self.send_line(bytes)
+    }
+
+    /// A bridge call's answer: its text is put in the frame as it came.
+    fn answer(
+        &mut self,
+        id: u64,
+        outcome: Result<Answer, BridgeFailure>,
+    ) -> Result<(), SandboxError> {
+        match outcome {
+            Ok(value) => {
+                let value = value.get();
+                let mut bytes = Vec::with_capacity(value.len() + 64);
+                bytes.extend_from_slice(b"{\"type\":\"bridge-result\",\"id\":");
+                bytes.extend_from_slice(id.to_string().as_bytes());
+                bytes.extend_from_slice(b",\"ok\":true,\"value\":");
+                bytes.extend_from_slice(value.as_bytes());
+                bytes.extend_from_slice(b"}\n");
+                self.send_line(bytes)
+            }
+            Err(f) => self.send(&json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}})),
+        }
+    }
+
+    fn send_line(&mut self, bytes: Vec<u8>) -> Result<(), SandboxError> {
         if self.closed {
             return Ok(());
         }
@@ -61,8 +88,6 @@ impl Outbox {
                 "more answers are queued for the child than it made calls",
             ));
         }
-        let mut bytes = frame.to_string().into_bytes();
-        bytes.push(b'\n');
         self.queue.push_back(bytes);
         self.flush();
         Ok(())
@@ -105,7 +130,7 @@ struct Held {
 
 /// A bridge call of the run, polled by the run loop itself (no task of its own: a task
 /// per call was two more thread wake-ups per round trip). Dropping it stops it.
-type CallFuture = BoxFuture<'static, (u64, Result<Value, BridgeFailure>)>;
+type CallFuture = BoxFuture<'static, (u64, Result<Answer, BridgeFailure>)>;
 
 /// Bytes a `bridge` frame may carry beyond its arguments (`{"type":"bridge","id":N,
 /// "method":"describe","args":...}`), so the parent can bound the arguments by the line.
@@ -291,11 +316,7 @@ impl Sandbox {
                     return Err(SandboxError::new("cancelled", "the run was cancelled by its caller"));
                 }
                 Some((id, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
-                    let frame = match outcome {
-                        Ok(value) => json!({"type": "bridge-result", "id": id, "ok": true, "value": value}),
-                        Err(f) => json!({"type": "bridge-result", "id": id, "ok": false, "error": {"code": f.code, "message": f.message}}),
-                    };
-                    outbox.send(&frame)?;
+                    outbox.answer(id, outcome)?;
                 }
                 _ = outbox.writer.writable(), if outbox.waiting() => outbox.flush(),
                 frame = child.frames.next() => {

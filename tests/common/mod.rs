@@ -15,7 +15,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use toolsearch::sandbox::protocol::BridgeMethod;
@@ -219,7 +219,7 @@ pub struct Echo;
 
 impl Bridge for Echo {
     fn call(&self, _: BridgeMethod, args: Vec<Value>, _: CancellationToken) -> BridgeFuture<'_> {
-        Box::pin(async move { Ok(json!(args)) })
+        Box::pin(async move { Ok(toolsearch::sandbox::answer(&args)) })
     }
 }
 
