@@ -2888,6 +2888,40 @@ fn timeout_a_promise_that_never_settles() {
     times_out("await new Promise(()=>{})");
 }
 
+/// The guest's one timer, `Atomics.waitAsync` with a timeout, fires while the run waits for
+/// nothing else and while a bridge call is awaited (sandbox round 33 F1: a reader that
+/// blocked the child's loop turned a 50 ms wait into the run's timeout, and held a race
+/// between the timer and a call until the call's answer came).
+#[test]
+fn a_guest_timer_fires_with_or_without_a_call_awaited() {
+    each_node(|case| {
+        let alone = case.code(
+            "const ia = new Int32Array(new SharedArrayBuffer(4)); return await Atomics.waitAsync(ia, 0, 0, 50).value",
+            RUN_MS,
+        );
+        case.assert_contained(&alone);
+        assert_eq!(alone.value(), "timed-out", "{}", alone.stdout);
+        let after = case.code(
+            "const ia = new Int32Array(new SharedArrayBuffer(4)); const hits = await openclaw.tools.search('issue', {limit: 1}); return [await Atomics.waitAsync(ia, 0, 0, 50).value, Array.isArray(hits)]",
+            RUN_MS,
+        );
+        case.assert_contained(&after);
+        assert_eq!(
+            after.value(),
+            &serde_json::json!(["timed-out", true]),
+            "{}",
+            after.stdout
+        );
+        // While 60 calls are in flight, the timer still comes first or with them.
+        let during = case.code(
+            "const ia = new Int32Array(new SharedArrayBuffer(4)); const calls = []; for (let i = 0; i < 60; i++) calls.push(openclaw.tools.describe('create_issue').then(() => 1, () => 0)); const first = await Promise.race([Atomics.waitAsync(ia, 0, 0, 1).value, new Promise(() => {})]); await Promise.all(calls); return first",
+            RUN_MS,
+        );
+        case.assert_contained(&during);
+        assert_eq!(during.value(), "timed-out", "{}", during.stdout);
+    });
+}
+
 #[test]
 fn timeout_a_continuation_left_running_after_return() {
     each_node(|case| {
