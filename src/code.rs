@@ -184,15 +184,35 @@ impl Bridge for DispatchBridge {
 /// runtime's workers it held them: four runs with 64 such describes each kept their
 /// deadlines from firing for 8 s and every other client of `mcp serve` waiting (sandbox
 /// round 32 F1, F2).
+///
+/// At most one such work per core at once, over every run of the process, each holding its
+/// place until its work ends (not until its run does): unbounded, four runs of 64
+/// describes of 247 KB schemas ran hundreds of threads on two cores, and queued runs were
+/// answered 450 ms past their deadlines; searches waiting for a first index build took a
+/// blocking thread each, 294 of them (sandbox round 33 F2, F3). A call waiting for its place
+/// waits without a thread, and its run's end drops it.
 async fn aside(
     work: impl FnOnce() -> Result<Answer, BridgeFailure> + Send + 'static,
 ) -> Result<Answer, BridgeFailure> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
-        Err(BridgeFailure {
-            code: "internal".into(),
-            message: format!("the dispatch path failed: {e}"),
-        })
+    static PLACES: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    let places = PLACES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+        Arc::new(tokio::sync::Semaphore::new(cores))
+    });
+    let failed = |e: String| BridgeFailure {
+        code: "internal".into(),
+        message: format!("the dispatch path failed: {e}"),
+    };
+    let place = Arc::clone(places)
+        .acquire_owned()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        work()
     })
+    .await
+    .unwrap_or_else(|e| Err(failed(e.to_string())))
 }
 
 /// `telemetry` of a `tool_search_code` result.
