@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{BatchQuery, Catalog, ExecutionMode};
 use crate::config::Mode;
+use crate::dispatch::offload::{Lane, offload};
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::error::Error;
 use crate::provider::{OutputFormat, RequestOptions, ToolCall, ToolChoice, Usage};
@@ -339,6 +340,13 @@ impl Outcome {
             ran: false,
         }
     }
+}
+
+/// A structured tool's work on the blocking pool ([`offload`]).
+async fn offloaded(lane: Lane, work: impl FnOnce() -> Outcome + Send + 'static) -> Outcome {
+    offload(lane, work)
+        .await
+        .unwrap_or_else(|e| Outcome::error(format!("the dispatch path failed: {e}")))
 }
 
 /// Where a model's call goes, decided once per call from its name: the batch's ordering
@@ -1078,23 +1086,35 @@ impl Agent {
                     ..Outcome::json(&result, !ok)
                 }
             }
-            surface::TOOL_SEARCH => match search_args(&call.arguments) {
-                Ok(SearchArgs::One(q, limit)) => match d.search(&q, limit) {
-                    Ok(hits) => Outcome::json(&hits, false),
-                    Err(e) => Outcome::error(e.to_string()),
-                },
-                Ok(SearchArgs::Batch(qs)) => match d.search_batch(&qs) {
-                    Ok(r) => Outcome::json(&r, false),
-                    Err(e) => Outcome::error(e.to_string()),
-                },
-                Err(e) => Outcome::error(e),
-            },
+            // Off the runtime's workers, as the code bridge's (round 34 F3: a search
+            // waiting for a first index build held both workers, and `mcp serve` answered
+            // nothing for 3.9 s).
+            surface::TOOL_SEARCH => {
+                let args = match search_args(&call.arguments) {
+                    Ok(args) => args,
+                    Err(e) => return Outcome::error(e),
+                };
+                let d = Arc::clone(d);
+                offloaded(Lane::Search, move || match args {
+                    SearchArgs::One(q, limit) => match d.search(&q, limit) {
+                        Ok(hits) => Outcome::json(&hits, false),
+                        Err(e) => Outcome::error(e.to_string()),
+                    },
+                    SearchArgs::Batch(qs) => match d.search_batch(&qs) {
+                        Ok(r) => Outcome::json(&r, false),
+                        Err(e) => Outcome::error(e.to_string()),
+                    },
+                })
+                .await
+            }
             surface::TOOL_DESCRIBE => {
-                let id = str_arg(&call.arguments, "id");
-                match d.describe(id, "tool_call") {
+                let id = str_arg(&call.arguments, "id").to_string();
+                let d = Arc::clone(d);
+                offloaded(Lane::Describe, move || match d.describe(&id, "tool_call") {
                     Ok(desc) => Outcome::json(&desc, false),
                     Err(e) => Outcome::error(e.to_string()),
-                }
+                })
+                .await
             }
             surface::TOOL_CALL => match d.tool_call_input(&call.arguments) {
                 Ok((id, args)) => self.dispatch(&id, args, "tool_call", parent.cancel).await,

@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::offload::{Lane, offload};
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
 use crate::sandbox::spares::SparePool;
@@ -90,7 +91,7 @@ impl<'a> Parent<'a> {
 pub struct DispatchBridge {
     dispatcher: Arc<Dispatcher>,
     run_id: String,
-    counts: RunCounts,
+    counts: Arc<RunCounts>,
     calls: Option<Arc<CallBudget>>,
 }
 
@@ -126,12 +127,16 @@ impl Bridge for DispatchBridge {
                             });
                         }
                     };
-                    // Counted once it reaches the dispatch path, which logs it: the run's
-                    // telemetry and the session log agree.
-                    self.counts.searches.fetch_add(1, Ordering::Relaxed);
-                    let dispatcher = Arc::clone(&self.dispatcher);
-                    aside(move || {
-                        let hits = dispatcher.search(&query, limit).map_err(fail)?;
+                    // Counted once the dispatch path has logged it: the run's telemetry
+                    // never has a search the session log lacks (round 34 F1: counted
+                    // before its place, a search still waiting when its run ended was
+                    // counted and never logged).
+                    let (dispatcher, counts) =
+                        (Arc::clone(&self.dispatcher), Arc::clone(&self.counts));
+                    aside(Lane::Search, move || {
+                        let hits = dispatcher.search(&query, limit);
+                        counts.searches.fetch_add(1, Ordering::Relaxed);
+                        let hits = hits.map_err(fail)?;
                         Ok(answer(&hits))
                     })
                     .await
@@ -143,10 +148,12 @@ impl Bridge for DispatchBridge {
                             message: "openclaw.tools.describe(id) takes a string id".into(),
                         });
                     };
-                    self.counts.describes.fetch_add(1, Ordering::Relaxed);
-                    let dispatcher = Arc::clone(&self.dispatcher);
-                    aside(move || {
-                        let d = dispatcher.describe(&id, "code").map_err(fail)?;
+                    let (dispatcher, counts) =
+                        (Arc::clone(&self.dispatcher), Arc::clone(&self.counts));
+                    aside(Lane::Describe, move || {
+                        let d = dispatcher.describe(&id, "code");
+                        counts.describes.fetch_add(1, Ordering::Relaxed);
+                        let d = d.map_err(fail)?;
                         Ok(answer(&d))
                     })
                     .await
@@ -178,41 +185,17 @@ impl Bridge for DispatchBridge {
     }
 }
 
-/// Runs a search or a describe on a blocking thread, the answer's text made there too.
-/// Their work grows with what the caller and the catalog bring (the first search of a
-/// catalog builds its index: 5 s for 10,000 tools; describes of 1.5 MB schemas), and on the
-/// runtime's workers it held them: four runs with 64 such describes each kept their
-/// deadlines from firing for 8 s and every other client of `mcp serve` waiting (sandbox
-/// round 32 F1, F2).
-///
-/// At most one such work per core at once, over every run of the process, each holding its
-/// place until its work ends (not until its run does): unbounded, four runs of 64
-/// describes of 247 KB schemas ran hundreds of threads on two cores, and queued runs were
-/// answered 450 ms past their deadlines; searches waiting for a first index build took a
-/// blocking thread each, 294 of them (sandbox round 33 F2, F3). A call waiting for its place
-/// waits without a thread, and its run's end drops it.
+/// A search or a describe run through [`offload`], the answer's text made there too.
 async fn aside(
+    lane: Lane,
     work: impl FnOnce() -> Result<Answer, BridgeFailure> + Send + 'static,
 ) -> Result<Answer, BridgeFailure> {
-    static PLACES: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
-    let places = PLACES.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
-        Arc::new(tokio::sync::Semaphore::new(cores))
-    });
-    let failed = |e: String| BridgeFailure {
-        code: "internal".into(),
-        message: format!("the dispatch path failed: {e}"),
-    };
-    let place = Arc::clone(places)
-        .acquire_owned()
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    tokio::task::spawn_blocking(move || {
-        let _place = place;
-        work()
+    offload(lane, work).await.unwrap_or_else(|e| {
+        Err(BridgeFailure {
+            code: "internal".into(),
+            message: format!("the dispatch path failed: {e}"),
+        })
     })
-    .await
-    .unwrap_or_else(|e| Err(failed(e.to_string())))
 }
 
 /// `telemetry` of a `tool_search_code` result.
@@ -297,7 +280,7 @@ pub async fn run_with(
     let bridge = Arc::new(DispatchBridge {
         dispatcher: Arc::clone(&dispatcher),
         run_id: parent_id.to_string(),
-        counts: RunCounts::default(),
+        counts: Arc::default(),
         calls,
     });
     dispatcher

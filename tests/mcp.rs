@@ -1467,6 +1467,13 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
             "name": "tool_search_code",
             "arguments": {"code": "const all = []; for (let i = 0; i < 16; i++) all.push(openclaw.tools.search('w17 ' + i)); const hits = await Promise.all(all); return hits.length"}}}));
     }
+    // A describe needs no index: it is not held back by the searches waiting for one
+    // (round 34 F2: in one lane with them, every other client's describe timed out).
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {
+        "name": "tool_search_code",
+        "arguments": {"code": "await openclaw.tools.describe('tool_1'); return 'described'"}}}),
+    );
     std::thread::sleep(Duration::from_millis(200));
     let pinged = Instant::now();
     server.send(&json!({"jsonrpc": "2.0", "id": 12, "method": "ping"}));
@@ -1478,9 +1485,16 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
             .and_then(|n| n.trim().parse::<usize>().ok())
             .unwrap_or(0)
     };
-    let mut answered = Vec::new();
-    while answered.len() < 3 {
+    let mut answered: Vec<Value> = Vec::new();
+    while answered.len() < 4 {
         let answer = server.next();
+        if answer["id"] == 13 {
+            assert!(answer.to_string().contains("described"), "{answer}");
+            assert!(
+                answered.iter().all(|a| a["id"] != 10 && a["id"] != 11),
+                "the describe waited for the searches: {answered:?}"
+            );
+        }
         if answer["id"] == 12 {
             assert!(
                 pinged.elapsed() < indexing / 2,
@@ -1494,8 +1508,44 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
         }
         answered.push(answer);
     }
-    for run in answered.iter().filter(|a| a["id"] != 12) {
+    for run in answered.iter().filter(|a| a["id"] == 10 || a["id"] == 11) {
         assert!(run.to_string().contains(r#"\"value\":16"#), "{run}");
+    }
+    drop(server);
+
+    // Tools mode's `tool_search` the same (round 34 F3: run on the runtime's workers, it
+    // held them for the whole build).
+    let mut server = RawStdio::start(&[
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+        "--mode".as_ref(),
+        "tools".as_ref(),
+    ]);
+    server.initialize();
+    for id in [20, 21] {
+        server.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "tool_search", "arguments": {"query": format!("w17 {id}")}}}),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let pinged = Instant::now();
+    server.send(&json!({"jsonrpc": "2.0", "id": 22, "method": "ping"}));
+    let mut answered = 0;
+    while answered < 3 {
+        let answer = server.next();
+        if answer["id"] == 22 {
+            assert!(
+                pinged.elapsed() < indexing / 2,
+                "tools mode: ping answered after {:?}; loading and indexing take {indexing:?}",
+                pinged.elapsed()
+            );
+        } else {
+            assert!(answer["error"].is_null(), "{answer}");
+        }
+        answered += 1;
     }
 }
 

@@ -20,6 +20,7 @@
 //! runs.
 
 pub mod envelope;
+pub mod offload;
 mod validate;
 pub use validate::check_declared;
 
