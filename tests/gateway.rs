@@ -322,6 +322,25 @@ fn a_provider_that_asks_for_a_long_wait_is_answered_to_the_client_at_once() {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// A streamed `hello` to the gateway at `url`: its status, `Retry-After` and body.
+fn streamed_hello(url: &str) -> (u16, Option<String>, String) {
+    runtime().block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/responses"))
+            .json(&json!({"input": "hello", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        (status, retry_after, r.text().await.unwrap())
+    })
+}
+
 /// Retries wait at most two thirds of the keep-alive in all, so a provider's 429 reaches a
 /// streamed client as a 429 before the keep-alive opens its stream (front round 20 F2: with
 /// a 2 s keep-alive, the 10 s budget turned it into a 200 stream that failed).
@@ -335,16 +354,9 @@ fn retries_end_before_a_short_keep_alive_opens_the_stream() {
         dir.path(),
         "[gateway]\nstream_keepalive_ms = 4000\n",
     );
-    runtime().block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{url}/v1/responses"))
-            .json(&json!({"input": "hello", "stream": true}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 429);
-        assert_eq!(r.headers()["retry-after"], "2");
-    });
+    let (status, retry_after, body) = streamed_hello(&url);
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(retry_after.as_deref(), Some("2"));
     // One retry of 2 s fits in the 2.67 s budget; a second would not.
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
@@ -363,20 +375,11 @@ fn retries_of_refused_connections_end_before_the_keep_alive_opens_the_stream() {
         dir.path(),
         "max_retries = 8\n[gateway]\nstream_keepalive_ms = 1500\n",
     );
-    runtime().block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{gw_url}/v1/responses"))
-            .json(&json!({"input": "hello", "stream": true}))
-            .send()
-            .await
-            .unwrap();
-        // Waits of 100 + 200 + 400 ms fit in the 1 s budget; with 800 ms more the stream
-        // would have opened.
-        let status = r.status();
-        let body = r.text().await.unwrap();
-        assert_eq!(status, 502, "{body}");
-        assert!(body.contains("the request failed"), "{body}");
-    });
+    // Waits of 100 + 200 + 400 ms fit in the 1 s budget; with 800 ms more the stream
+    // would have opened.
+    let (status, _, body) = streamed_hello(&gw_url);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("the request failed"), "{body}");
 }
 
 /// The attempts count against the budget as well as the waits, the retry's own included
@@ -399,21 +402,11 @@ fn retries_of_a_slow_provider_end_before_the_keep_alive_opens_the_stream() {
         dir.path(),
         "max_retries = 4\n[gateway]\nstream_keepalive_ms = 6000\n",
     );
-    runtime().block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("{url}/v1/responses"))
-            .json(&json!({"input": "hello", "stream": true}))
-            .send()
-            .await
-            .unwrap();
-        // A retry 1 s after the first 2.75 s attempt starts within the 4 s budget, but
-        // taking 2.75 s again it ends at 6.5 s, after the 6 s keep-alive.
-        let status = r.status();
-        let retry_after = r.headers().get("retry-after").cloned();
-        let body = r.text().await.unwrap();
-        assert_eq!(status, 429, "{body}");
-        assert_eq!(retry_after.unwrap(), "1");
-    });
+    // A retry 1 s after the first 2.75 s attempt starts within the 4 s budget, but taking
+    // 2.75 s again it ends at 6.5 s, after the 6 s keep-alive.
+    let (status, retry_after, body) = streamed_hello(&url);
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(retry_after.as_deref(), Some("1"));
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 

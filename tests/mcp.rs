@@ -1320,8 +1320,16 @@ struct RawStdio {
 }
 
 impl RawStdio {
-    fn start(args: &[&std::ffi::OsStr]) -> RawStdio {
-        let mut child = Command::new(BIN)
+    /// `mcp serve` with its state in `dir`, its config `config` if any, and `args` before
+    /// the command.
+    fn start(dir: &Path, config: Option<&Path>, args: &[&str]) -> RawStdio {
+        let mut command = Command::new(BIN);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
+            .arg("--state-dir")
+            .arg(dir.join("state"))
             .args(args)
             .args(["mcp", "serve"])
             .stdin(Stdio::piped())
@@ -1390,8 +1398,7 @@ impl Drop for RawStdio {
 #[test]
 fn a_cancelled_id_sent_again_is_answered_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let mut server = RawStdio::start(&["--state-dir".as_ref(), state.as_os_str()]);
+    let mut server = RawStdio::start(dir.path(), None, &[]);
     server.initialize();
     let call = |code: &str| {
         json!({"jsonrpc": "2.0", "id": "x", "method": "tools/call",
@@ -1440,26 +1447,11 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
     std::fs::write(&config, "[catalog]\npaths = [\"cat\"]\ncache = false\n").unwrap();
     // What loading and indexing take here, for the measure of "answering" below.
     let started = Instant::now();
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .args(["search", "w17"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, _, out) = toolsearch(&config, &["search", "w17"]);
+    assert_eq!(code, 0, "{out}");
     let indexing = started.elapsed();
 
-    let state = dir.path().join("state");
-    let mut server = RawStdio::start(&[
-        "--config".as_ref(),
-        config.as_os_str(),
-        "--state-dir".as_ref(),
-        state.as_os_str(),
-    ]);
+    let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
     server.initialize();
     // Sixteen searches a run, all waiting for the index.
     for id in [10, 11] {
@@ -1515,14 +1507,7 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
 
     // Tools mode's `tool_search` the same (round 34 F3: run on the runtime's workers, it
     // held them for the whole build).
-    let mut server = RawStdio::start(&[
-        "--config".as_ref(),
-        config.as_os_str(),
-        "--state-dir".as_ref(),
-        state.as_os_str(),
-        "--mode".as_ref(),
-        "tools".as_ref(),
-    ]);
+    let mut server = RawStdio::start(dir.path(), Some(&config), &["--mode", "tools"]);
     server.initialize();
     for id in [20, 21] {
         server.send(
@@ -1557,8 +1542,7 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
 #[test]
 fn a_malformed_request_is_answered_under_its_id() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let mut server = RawStdio::start(&["--state-dir".as_ref(), state.as_os_str()]);
+    let mut server = RawStdio::start(dir.path(), None, &[]);
     server.initialize();
     let lines: [(&[u8], i64, &str); 5] = [
         (br#"{"id":15,"method":"tools/list"}"#, -32600, "jsonrpc"),
@@ -1619,13 +1603,7 @@ toolSearch = false
         ),
     )
     .unwrap();
-    let state = dir.path().join("state");
-    let mut server = RawStdio::start(&[
-        "--config".as_ref(),
-        config.as_os_str(),
-        "--state-dir".as_ref(),
-        state.as_os_str(),
-    ]);
+    let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
     let initialized = server.initialize();
     assert_eq!(initialized["id"], 1, "{initialized}");
     for _ in 0..49 {
