@@ -6,10 +6,9 @@
 //! Never waits on the child anywhere but the framed read, and never decides policy: a
 //! bridge call's answer is the bridge's.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::collections::VecDeque;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -269,8 +268,8 @@ impl Sandbox {
     /// The run loop. Nothing in it waits on the child except the framed read, which is
     /// safe to cancel: writes never wait (the [`Outbox`] keeps what the socket does not
     /// take), bridge calls are futures polled here (at most `max_calls_in_flight` at once;
-    /// what is CPU-bound in one — a search, a describe — takes at most milliseconds, and
-    /// a tool's execution waits on its executor), so the deadline arm is always polled and
+    /// a search's or describe's work runs on the blocking pool, `dispatch::offload`, and a
+    /// tool's execution waits on its executor), so the deadline arm is always polled and
     /// wins whenever it has passed.
     async fn drive(
         &self,
