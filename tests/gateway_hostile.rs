@@ -440,6 +440,64 @@ fn a_streamed_turn_failing_after_text_says_it_is_not_stored() {
     assert!(text.contains("Partial "), "{text}");
 }
 
+/// An error the provider reports inside an answer (a stream's `error` event, a failed
+/// response, a Chat chunk that is an error) keeps its type and the status that type has
+/// over HTTP: a rate limit is a 429, streamed or not, from every upstream kind. It was a
+/// 502 `server_error`, which an SDK cannot tell from a broken gateway.
+#[test]
+fn a_rate_limit_reported_inside_an_answer_stays_a_rate_limit() {
+    for kind in ["openai-responses", "openai-completions", "anthropic"] {
+        let (url, _) = scripted_provider(move |_, _, request| {
+            let streamed = request["stream"] == json!(true);
+            match (kind, streamed) {
+                ("openai-responses", false) => Reply::json(
+                    200,
+                    &json!({"status": "failed", "output": [], "error": {"code": "rate_limit_exceeded", "message": "slow down"}}),
+                ),
+                ("openai-responses", true) => Reply::sse(&[
+                    json!({"type": "response.created", "response": {"status": "in_progress", "output": []}}),
+                    json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": null}),
+                ]),
+                ("openai-completions", false) => Reply::json(
+                    200,
+                    &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+                ),
+                ("openai-completions", true) => Reply::sse(&[
+                    json!({"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}),
+                ]),
+                (_, false) => Reply::json(
+                    200,
+                    &json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+                ),
+                (_, true) => Reply::sse(&[
+                    json!({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": []}}),
+                    json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+                ]),
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("max_retries = 0\nkind = \"{kind}\"\napi_key_env = \"TS_TEST_KEY\"\n");
+        let (_gw, gw) = gateway_env("tools", &url, dir.path(), &config, &[("TS_TEST_KEY", "k")]);
+        for stream in [false, true] {
+            for (path, body) in [
+                ("/v1/responses", json!({"input": "hi", "stream": stream})),
+                (
+                    "/v1/chat/completions",
+                    json!({"messages": [{"role": "user", "content": "hi"}], "stream": stream}),
+                ),
+            ] {
+                let (status, text) = post(&gw, path, &body);
+                assert_eq!(status, 429, "{kind} {path} stream {stream}: {text}");
+                let v: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{kind} {path} stream {stream}: {e}: {text}"));
+                let said = format!("{}{}", v["error"]["type"], v["error"]["code"]);
+                assert!(said.contains("rate_limit"), "{kind} {path}: {text}");
+                assert!(text.contains("slow down"), "{kind} {path}: {text}");
+            }
+        }
+    }
+}
+
 /// The provider's own ending reaches the client: an answer cut at the token limit is
 /// `incomplete` (`max_output_tokens`) on the Responses front, streamed (closing with
 /// `response.incomplete`) and not, and `finish_reason: "length"` on Chat; a refusal is a

@@ -399,7 +399,7 @@ impl HttpModel {
         match calls {
             Ok(calls) => Ok(calls),
             Err(_) if ending.cut.is_some() => Ok(Vec::new()),
-            Err(e) => Err(self.garbage(e)),
+            Err(e) => Err(self.provider_error(e)),
         }
     }
 
@@ -508,7 +508,7 @@ impl HttpModel {
                 any = true;
                 whole |= ends_answer(self.provider, &data, Some(&value));
                 last |= last_event(self.provider, &data, Some(&value));
-                assembler.push(&value).map_err(|e| self.stream_error(e))?;
+                assembler.push(&value).map_err(|e| self.provider_error(e))?;
                 counted.observe(self.provider, &value);
                 how.push(self.provider, &value);
                 if let Some(piece) = text.push(self.provider, &value)
@@ -555,13 +555,23 @@ impl HttpModel {
         Ok((answer, held))
     }
 
-    /// An error a stream carried: the provider's own error stays one (not "garbage").
-    fn stream_error(&self, e: crate::provider::ProviderError) -> ModelError {
+    /// An error object the provider sent in place of an answer, in a whole answer or in its
+    /// stream, stays the provider's error (not "garbage"), with its type and code, and the
+    /// status its type names: a rate limit reported inside a 200 stream was a 502 its
+    /// client's SDK could not tell from a broken gateway.
+    fn provider_error(&self, e: crate::provider::ProviderError) -> ModelError {
         match e {
-            crate::provider::ProviderError::Upstream(message) => ModelError::from(format!(
-                "{} reported an error in its stream: {message}",
-                self.provider.as_str(),
-            )),
+            crate::provider::ProviderError::Upstream {
+                message,
+                kind,
+                code,
+            } => ModelError {
+                message: format!("{} reported an error: {message}", self.provider.as_str()),
+                status: status_of_reported(kind.as_deref(), code.as_deref()),
+                kind,
+                code,
+                ..ModelError::default()
+            },
             other => self.garbage(other),
         }
     }
@@ -890,6 +900,23 @@ const MAX_BACKOFF_MS: u64 = 5_000;
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 
 /// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.
+/// The HTTP status OpenAI and Anthropic give the errors they can also report inside an
+/// answer (a stream's `error` event, a failed response): a client's SDK retries or gives up
+/// by status. Server-side errors and types not known here stay without one (the gateway's
+/// 502).
+fn status_of_reported(kind: Option<&str>, code: Option<&str>) -> Option<u16> {
+    let status = |name: &str| match name {
+        "invalid_request_error" | "invalid_prompt" => Some(400),
+        "authentication_error" | "invalid_api_key" => Some(401),
+        "permission_error" | "permission_denied" => Some(403),
+        "not_found_error" => Some(404),
+        "request_too_large" => Some(413),
+        "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => Some(429),
+        _ => None,
+    };
+    code.and_then(status).or_else(|| kind.and_then(status))
+}
+
 fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
     let ms = retry_after_s
         .map(|s| s.saturating_mul(1000))

@@ -197,9 +197,15 @@ pub enum ProviderError {
     #[error("malformed provider response: {0}")]
     BadResponse(String),
 
-    /// The provider answered with an error object instead of a result.
-    #[error("the provider reported an error: {0}")]
-    Upstream(String),
+    /// The provider answered with an error object instead of a result: its message, and
+    /// the `type` and `code` it gave (kept so a gateway client hears a rate limit as one,
+    /// not as a bad gateway).
+    #[error("the provider reported an error: {message}")]
+    Upstream {
+        message: String,
+        kind: Option<String>,
+        code: Option<String>,
+    },
 }
 
 impl ProviderError {
@@ -208,7 +214,7 @@ impl ProviderError {
         match self {
             ProviderError::BadToolCall { .. } => "bad-tool-call",
             ProviderError::BadResponse(_) => "bad-provider-response",
-            ProviderError::Upstream(_) => "provider-error",
+            ProviderError::Upstream { .. } => "provider-error",
         }
     }
 }

@@ -241,7 +241,7 @@ fn is_function_type(call: &Map<String, Value>) -> bool {
 fn upstream_error(obj: &Map<String, Value>) -> Result<(), ProviderError> {
     match obj.get("error") {
         None | Some(Value::Null) => Ok(()),
-        Some(error) => Err(ProviderError::Upstream(error_message(error))),
+        Some(error) => Err(reported(error)),
     }
 }
 
@@ -252,9 +252,22 @@ fn upstream_error(obj: &Map<String, Value>) -> Result<(), ProviderError> {
 fn unfinished_response(response: &Map<String, Value>) -> Result<(), ProviderError> {
     match response.get("status").and_then(Value::as_str) {
         None | Some("completed" | "incomplete") => Ok(()),
-        Some(status) => Err(ProviderError::Upstream(format!(
-            "the response ended with status `{status}`, not completed"
-        ))),
+        Some(status) => Err(ProviderError::Upstream {
+            message: format!("the response ended with status `{status}`, not completed"),
+            kind: None,
+            code: None,
+        }),
+    }
+}
+
+/// A provider's error object as an error: its message, and its `type` and `code` when it
+/// gave them as text.
+fn reported(error: &Value) -> ProviderError {
+    let field = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_string);
+    ProviderError::Upstream {
+        message: error_message(error),
+        kind: field("type"),
+        code: field("code"),
     }
 }
 
@@ -968,18 +981,31 @@ impl StreamAssembler {
                 }
                 Ok(())
             }
-            "error" => Err(ProviderError::Upstream(
-                obj.get("error")
-                    .map(error_message)
-                    .or_else(|| obj.get("message").and_then(Value::as_str).map(String::from))
-                    .unwrap_or_else(|| Value::Object(obj.clone()).to_string()),
-            )),
-            "response.failed" => Err(ProviderError::Upstream(
-                obj.get("response")
-                    .and_then(|r| r.get("error"))
-                    .filter(|e| !e.is_null())
-                    .map_or_else(|| "the response failed".to_string(), error_message),
-            )),
+            // Responses' stream `error` event has its `code` and `message` beside its
+            // `type` (which is the event's, not the error's).
+            "error" => Err(match obj.get("error") {
+                Some(error) => reported(error),
+                None => ProviderError::Upstream {
+                    message: obj
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| Value::Object(obj.clone()).to_string(), String::from),
+                    kind: None,
+                    code: obj.get("code").and_then(Value::as_str).map(String::from),
+                },
+            }),
+            "response.failed" => Err(obj
+                .get("response")
+                .and_then(|r| r.get("error"))
+                .filter(|e| !e.is_null())
+                .map_or_else(
+                    || ProviderError::Upstream {
+                        message: "the response failed".to_string(),
+                        kind: None,
+                        code: None,
+                    },
+                    reported,
+                )),
             _ => Ok(()),
         }
     }
@@ -1086,9 +1112,13 @@ impl StreamAssembler {
                 Ok(())
             }
             "message_stop" => self.no_call_left_open(),
-            "error" => Err(ProviderError::Upstream(
-                obj.get("error")
-                    .map_or_else(|| "the stream failed".to_string(), error_message),
+            "error" => Err(obj.get("error").map_or_else(
+                || ProviderError::Upstream {
+                    message: "the stream failed".to_string(),
+                    kind: None,
+                    code: None,
+                },
+                reported,
             )),
             _ => Ok(()),
         }
