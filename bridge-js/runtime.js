@@ -733,11 +733,13 @@ function readOn() {
 
 // The guest's own unhandled rejections (a fire-and-forget async helper that throws) are its
 // business: Node's default would end the process and lose the run. They are ignored (the
-// reason, a guest object, is never touched). Anything else uncaught is this file's fault
-// and ends the run as a code error.
+// reason, a guest object, is never touched). Anything else uncaught ends the run as a code
+// error: a throw from a guest callback that no await of the body is under (a
+// FinalizationRegistry cleanup), or a fault of this file. The message says where to look
+// (it said only "an uncaught exception", which read as the runtime's own failure).
 process.on('unhandledRejection', () => {});
 process.on('uncaughtException', () => {
-  hostCall('error', 'code-error', 'an uncaught exception ended the run', 0);
+  hostCall('error', 'code-error', 'an exception was thrown where the body could not catch it (a FinalizationRegistry cleanup callback, say) and ended the run', 0);
 });
 
 // The run, last: read with a blocking read (a spare waits here until it is given one; the

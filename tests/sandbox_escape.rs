@@ -1167,6 +1167,32 @@ fn vm_a_log_written_deep_before_a_busy_loop_survives_the_timeout() {
     });
 }
 
+/// A throw from a guest callback that no await of the body is under (a FinalizationRegistry
+/// cleanup) ends the run as the guest's `code-error`, with its logs, and a message that
+/// names where it came from (it said "an uncaught exception", which read as the runtime's
+/// own failure). Allocation, not time, brings the collection, so a loaded machine only
+/// takes longer.
+#[test]
+fn a_throw_from_a_finalization_cleanup_is_the_guest_s_code_error() {
+    each_node(|case| {
+        let body = "const r = new FinalizationRegistry(() => { throw new Error('from the cleanup'); });\n\
+                    (function () { r.register({}, 1); })();\n\
+                    console.log('registered');\n\
+                    const junk = [];\n\
+                    for (let i = 0; i < 5000; i++) { junk.push(new Array(100000).fill(i)); if (junk.length > 4) junk.shift(); await openclaw.tools.search('x'); }\n\
+                    return 'never collected'";
+        let run = case.code(body, 20_000);
+        case.assert_contained(&run);
+        run.assert_error(&["code-error"]);
+        assert!(
+            run.stdout.contains("FinalizationRegistry cleanup"),
+            "{}",
+            run.stdout
+        );
+        assert_eq!(run.logs().len(), 1, "{}", run.stdout);
+    });
+}
+
 /// A body whose helper threads (V8's GC) burn CPU faster than the clock runs to its end:
 /// the CPU rlimit is a backstop far above the deadline, not a second, tighter deadline.
 #[test]
