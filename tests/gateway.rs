@@ -292,33 +292,69 @@ fn a_rate_limit_stays_429_with_retry_after_streamed_or_not_and_from_anthropic() 
 }
 
 /// A provider that asks for a longer wait than the gateway gives one (5 s) is not asked
-/// again early: its 429 and `Retry-After` go to the client at once, streamed or not. The
-/// gateway retried after 5 s when told 10, three times, and a streamed client got a 200
-/// stream that failed after 15 s instead of the 429 its SDK obeys (front round 19 F1).
+/// again early: its 429 and the wait it asked for go to the client at once, streamed or
+/// not, as `Retry-After` (whole seconds) and `retry-after-ms`. The gateway retried after 5 s
+/// when told 10, three times, and a streamed client got a 200 stream that failed after 15 s
+/// instead of the 429 its SDK obeys (front round 19 F1); a fraction, `retry-after-ms` alone
+/// and a number too large for an integer were read as no wait at all, and the provider was
+/// asked again after 100 ms (front round 27 F1).
 #[test]
 fn a_provider_that_asks_for_a_long_wait_is_answered_to_the_client_at_once() {
     let limited = r#"{"error": {"type": "rate_limit_error", "message": "slow down"}}"#;
-    let (provider, asked) = canned_provider_with(vec![(429, "retry-after: 10\r\n", limited); 8]);
+    for (asks, seconds, ms) in [
+        ("retry-after: 10\r\n", "10", "10000"),
+        ("retry-after: 7.5\r\n", "8", "7500"),
+        ("retry-after-ms: 10000\r\n", "10", "10000"),
+        ("retry-after: 99999999999999999999\r\n", "86400", "86400000"),
+    ] {
+        let (provider, asked) = canned_provider_with(vec![(429, asks, limited); 8]);
+        let dir = tempfile::tempdir().unwrap();
+        let (_gw, url) = gateway_with(&provider, dir.path(), "");
+        runtime().block_on(async {
+            let http = reqwest::Client::new();
+            for stream in [false, true] {
+                let started = Instant::now();
+                let r = http
+                    .post(format!("{url}/v1/responses"))
+                    .json(&json!({"input": "hello", "stream": stream}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 429, "{asks} stream {stream}");
+                assert_eq!(
+                    r.headers()["retry-after"],
+                    seconds,
+                    "{asks} stream {stream}"
+                );
+                assert_eq!(r.headers()["retry-after-ms"], ms, "{asks} stream {stream}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "{asks} stream {stream}"
+                );
+            }
+        });
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2, "{asks}");
+    }
+}
+
+/// A short wait given as a fraction is waited whole before the provider is asked again
+/// (it was read as none, and the retry came after 100 ms).
+#[test]
+fn a_fractional_retry_after_is_waited_before_the_retry() {
+    let limited = r#"{"error": {"type": "rate_limit_error", "message": "slow down"}}"#;
+    let ok = r#"{"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]}"#;
+    let (provider, asked) =
+        canned_provider_with(vec![(429, "retry-after: 1.5\r\n", limited), (200, "", ok)]);
     let dir = tempfile::tempdir().unwrap();
-    let (_gw, url) = gateway_with(&provider, dir.path(), "");
-    runtime().block_on(async {
-        let http = reqwest::Client::new();
-        for stream in [false, true] {
-            let started = Instant::now();
-            let r = http
-                .post(format!("{url}/v1/responses"))
-                .json(&json!({"input": "hello", "stream": stream}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 429, "stream {stream}");
-            assert_eq!(r.headers()["retry-after"], "10", "stream {stream}");
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "stream {stream}"
-            );
-        }
-    });
+    let (_gw, url) = gateway_with(&provider, dir.path(), "max_retries = 1\n");
+    let started = Instant::now();
+    let (status, v) = say_hello(&url);
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "retried after {:?}",
+        started.elapsed()
+    );
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 

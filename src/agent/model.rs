@@ -165,8 +165,8 @@ pub struct ModelError {
     /// The request field the provider's error names (`param`), as it named it (boxed:
     /// the error is the `Err` of every model call, and clippy bounds its size).
     pub param: Option<Box<str>>,
-    /// The provider's `Retry-After`, as it sent it.
-    pub retry_after: Option<String>,
+    /// The wait the provider asked for (`retry-after-ms` or `Retry-After`), as read.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl From<String> for ModelError {

@@ -66,7 +66,7 @@ fn pool_full(why: NoRoom) -> ModelError {
         status: Some(503),
         kind: Some("server_error".into()),
         code: Some(ANSWERS_IN_FLIGHT_CODE.into()),
-        retry_after: Some("1".into()),
+        retry_after: Some(Duration::from_secs(1)),
         ..ModelError::default()
     }
 }
@@ -288,15 +288,14 @@ impl HttpModel {
                 return Ok(response);
             }
             if (status.as_u16() == 429 || status.is_server_error()) && attempt < self.retries {
-                let retry_after = header(&response, "retry-after").and_then(|v| retry_after_s(&v));
-                let wait = backoff(attempt + 1, retry_after);
+                let asked = asked_wait(&response);
+                let wait = backoff(attempt + 1, asked);
                 // A provider that asks for a longer wait than the gateway gives one, or
                 // waits that would add up past what a streamed answer may hold back (its
                 // client would get a 200 stream that fails, not the 429 and its
                 // `Retry-After` its SDK obeys: front round 19 F1), end the retries: the
                 // client hears the provider's answer and waits as it asked.
-                let asked_longer =
-                    retry_after.is_some_and(|s| s.saturating_mul(1000) > MAX_BACKOFF_MS);
+                let asked_longer = asked.is_some_and(|asked| asked > MAX_BACKOFF);
                 if !asked_longer && in_budget(wait, tried) {
                     attempt += 1;
                     tokio::time::sleep(wait).await;
@@ -312,7 +311,7 @@ impl HttpModel {
     /// {...}}` (else the start of the body).
     async fn error_of(&self, response: reqwest::Response, url: &str) -> ModelError {
         let status = response.status();
-        let retry_after = header(&response, "retry-after");
+        let retry_after = asked_wait(&response);
         if status.is_redirection() {
             return ModelError {
                 message: format!(
@@ -880,26 +879,40 @@ fn split_lines(bytes: bytes::Bytes) -> Vec<bytes::Bytes> {
 
 /// A `Retry-After` in seconds: a number of them, or an HTTP date (front round 18 F4: a
 /// date was not read, and the gateway asked again at once).
-fn retry_after_s(value: &str) -> Option<u64> {
-    let value = value.trim();
-    value.parse().ok().or_else(|| {
-        let at = httpdate::parse_http_date(value).ok()?;
-        Some(
-            at.duration_since(std::time::SystemTime::now())
-                .map_or(0, |d| d.as_secs_f64().ceil() as u64),
-        )
-    })
+/// The wait a provider asks for: `retry-after-ms` (OpenAI's, which its SDKs read first),
+/// else `Retry-After` in seconds, a fraction too, or as an HTTP date; a value that is none of
+/// these, or negative, asks for nothing. A wait past a day is read as a day (front round 27
+/// F1: `1.5` and `99999999999999999999` were read as nothing, so the provider was asked
+/// again after 100 ms instead of being left alone, and `retry-after-ms` was not read).
+fn asked_wait(response: &reqwest::Response) -> Option<Duration> {
+    let number = |name: &str| header(response, name)?.trim().parse::<f64>().ok();
+    let wait = |s: f64| {
+        (s >= 0.0).then(|| Duration::try_from_secs_f64(s.min(DAY.as_secs_f64())).unwrap_or(DAY))
+    };
+    if let Some(wait) = number("retry-after-ms").and_then(|ms| wait(ms / 1000.0)) {
+        return Some(wait);
+    }
+    if let Some(s) = number("retry-after") {
+        return wait(s);
+    }
+    let at = httpdate::parse_http_date(header(response, "retry-after")?.trim()).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            .min(DAY),
+    )
 }
 
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
 /// The longest one wait between retries.
-const MAX_BACKOFF_MS: u64 = 5_000;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The most one request waits between its retries in all: under `[gateway]
 /// stream_keepalive_ms`'s default (15 s), so a streamed answer has not opened when the
 /// retries give up; less under a shorter keep-alive ([`HttpModel::waiting_under`]).
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 
-/// 100 ms, 200 ms, 400 ms... or the server's `Retry-After`, capped at 5 s.
 /// The HTTP status OpenAI and Anthropic give the errors they can also report inside an
 /// answer (a stream's `error` event, a failed response): a client's SDK retries or gives up
 /// by status. Server-side errors and types not known here stay without one (the gateway's
@@ -917,11 +930,13 @@ fn status_of_reported(kind: Option<&str>, code: Option<&str>) -> Option<u16> {
     code.and_then(status).or_else(|| kind.and_then(status))
 }
 
-fn backoff(attempt: u32, retry_after_s: Option<u64>) -> Duration {
-    let ms = retry_after_s
-        .map(|s| s.saturating_mul(1000))
-        .unwrap_or(100 * (1u64 << attempt.saturating_sub(1).min(6)));
-    Duration::from_millis(ms.min(MAX_BACKOFF_MS))
+/// 100 ms, 200 ms, 400 ms... or the wait the server asked for, capped at 5 s.
+fn backoff(attempt: u32, asked: Option<Duration>) -> Duration {
+    asked
+        .unwrap_or(Duration::from_millis(
+            100 * (1u64 << attempt.saturating_sub(1).min(6)),
+        ))
+        .min(MAX_BACKOFF)
 }
 
 /// Why reading an answer failed: a timeout said as one (reqwest calls it "error decoding
@@ -950,14 +965,45 @@ fn without_url(e: &reqwest::Error) -> String {
 mod tests {
     use super::*;
 
+    fn asked(headers: &[(&str, &str)]) -> Option<Duration> {
+        let mut r = http::Response::builder().status(429);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        asked_wait(&reqwest::Response::from(r.body("").unwrap()))
+    }
+
     #[test]
-    fn retry_after_is_seconds_or_a_date() {
-        assert_eq!(retry_after_s(" 7 "), Some(7));
+    fn the_asked_wait_is_milliseconds_seconds_or_a_date() {
+        assert_eq!(
+            asked(&[("retry-after", " 7 ")]),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            asked(&[("retry-after", "1.5")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            asked(&[("retry-after", "1.5"), ("retry-after-ms", "250")]),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(asked(&[("retry-after", "1e30")]), Some(DAY));
+        assert_eq!(asked(&[("retry-after", "inf")]), Some(DAY));
         let soon = std::time::SystemTime::now() + Duration::from_secs(30);
-        let said = retry_after_s(&httpdate::fmt_http_date(soon)).unwrap();
-        assert!((29..=31).contains(&said), "{said}");
-        assert_eq!(retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0));
-        assert_eq!(retry_after_s("soon"), None);
+        let said = asked(&[("retry-after", &httpdate::fmt_http_date(soon))]).unwrap();
+        assert!((29..=31).contains(&said.as_secs()), "{said:?}");
+        assert_eq!(
+            asked(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]),
+            Some(Duration::ZERO)
+        );
+        for nothing in ["soon", "-1", "NaN", ""] {
+            assert_eq!(asked(&[("retry-after", nothing)]), None, "{nothing}");
+        }
+        // A `retry-after-ms` that says nothing leaves `Retry-After`.
+        assert_eq!(
+            asked(&[("retry-after", "2"), ("retry-after-ms", "x")]),
+            Some(Duration::from_secs(2))
+        );
     }
 
     /// A request's empty model name is none: the configured model is sent (front round 21).
@@ -979,7 +1025,10 @@ mod tests {
     fn backoff_doubles_and_is_capped() {
         assert_eq!(backoff(1, None), Duration::from_millis(100));
         assert_eq!(backoff(3, None), Duration::from_millis(400));
-        assert_eq!(backoff(1, Some(60)), Duration::from_millis(5_000));
+        assert_eq!(
+            backoff(1, Some(Duration::from_secs(60))),
+            Duration::from_millis(5_000)
+        );
     }
 
     /// A provider on loopback answering every request with `text` (a Responses message),

@@ -27,7 +27,9 @@ pub struct Detail {
     pub message: String,
     pub param: Option<String>,
     pub code: Option<String>,
-    pub retry_after: Option<String>,
+    /// Sent as `Retry-After` (whole seconds, rounded up) and `retry-after-ms`, the header
+    /// the OpenAI SDKs read first.
+    pub retry_after: Option<std::time::Duration>,
     /// Sent as `x-should-retry`, the header the OpenAI SDKs obey over their own rule (they
     /// retry 408, 409, 429 and every 5xx): `false` once the turn's tools have run.
     pub should_retry: Option<bool>,
@@ -139,7 +141,7 @@ impl ApiError {
                         .filter(|_| status.is_client_error())
                         .map(str::to_string),
                     code: Some(m.code.clone().unwrap_or_else(|| e.code().to_string())),
-                    retry_after: m.retry_after.clone(),
+                    retry_after: m.retry_after,
                     should_retry: None,
                 }))
             }
@@ -167,12 +169,14 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
-        if let Some(after) = self
-            .retry_after
-            .as_deref()
-            .and_then(|v| HeaderValue::from_str(v).ok())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, after);
+        if let Some(after) = self.retry_after {
+            let ms = after.as_micros().div_ceil(1000);
+            let headers = response.headers_mut();
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(ms.div_ceil(1000) as u64),
+            );
+            headers.insert("retry-after-ms", HeaderValue::from(ms as u64));
         }
         if let Some(retry) = self.should_retry {
             response.headers_mut().insert(
@@ -197,7 +201,7 @@ mod tests {
             kind: Some("rate_limit_error".into()),
             code: None,
             param: None,
-            retry_after: Some("7".into()),
+            retry_after: Some(std::time::Duration::from_secs(7)),
         });
         let e = ApiError::of_turn(&limited);
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
@@ -228,7 +232,7 @@ mod tests {
         let full = TurnError::Provider(ModelError {
             status: Some(503),
             code: Some(crate::gateway::client::ANSWERS_IN_FLIGHT_CODE.into()),
-            retry_after: Some("1".into()),
+            retry_after: Some(std::time::Duration::from_secs(1)),
             ..ModelError::from("full".to_string())
         });
         let e = ApiError::of_turn(&full);

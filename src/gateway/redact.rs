@@ -91,7 +91,7 @@ impl Redactor {
             kind: e.kind.map(|k| self.text(&k)),
             code: e.code.map(|c| self.text(&c)),
             param: e.param.map(|p| self.text(&p).into_boxed_str()),
-            retry_after: e.retry_after.map(|r| self.text(&r)),
+            retry_after: e.retry_after,
             status: e.status,
         }
     }
