@@ -344,7 +344,7 @@ impl Outcome {
 
 /// A structured tool's work on the blocking pool ([`offload`]).
 async fn offloaded(lane: Lane, work: impl FnOnce() -> Outcome + Send + 'static) -> Outcome {
-    offload(lane, work)
+    offload(lane, None, work)
         .await
         .unwrap_or_else(|e| Outcome::error(format!("the dispatch path failed: {e}")))
 }
@@ -999,7 +999,7 @@ impl Agent {
         } else {
             return Route::NotFound;
         };
-        let entry = catalog.resolve(&id).ok();
+        let entry = catalog.find(&id).ok();
         Route::Tool {
             client: entry.is_some_and(|e| {
                 matches!(

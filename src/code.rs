@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::offload::{Lane, offload};
+use crate::dispatch::offload::{Lane, Turns, offload};
 use crate::dispatch::{CallRequest, Dispatcher};
 use crate::sandbox::protocol::BridgeMethod;
 use crate::sandbox::spares::SparePool;
@@ -23,12 +23,55 @@ use crate::sandbox::{
     SandboxError, answer,
 };
 
-/// Per-run counts, reported in the result's telemetry.
+/// Per-run counts, reported in the result's telemetry, and whether the run still takes
+/// searches and describes into them.
 #[derive(Debug, Default)]
 struct RunCounts {
     searches: AtomicU64,
     describes: AtomicU64,
     calls: AtomicU64,
+    /// Set when the run's telemetry is read: a search or describe whose work ends after it
+    /// is neither counted nor logged (its answer reaches no one), so the session log and the
+    /// telemetry agree (sandbox round 35 F3). Held while one is recorded.
+    closed: parking_lot::Mutex<bool>,
+}
+
+impl RunCounts {
+    /// Logs a finished search or describe and counts it in `counter`, unless the run has
+    /// ended.
+    fn record<T>(
+        &self,
+        counter: &AtomicU64,
+        dispatcher: &Dispatcher,
+        done: crate::dispatch::Done<T>,
+    ) -> Result<T, BridgeFailure> {
+        let closed = self.closed.lock();
+        if *closed {
+            return Err(BridgeFailure {
+                code: "cancelled".into(),
+                message: "the run ended before this answer".into(),
+            });
+        }
+        counter.fetch_add(1, Ordering::Relaxed);
+        dispatcher.record(done).map_err(failure)
+    }
+
+    /// The counts, as the run ends: (searches, describes, calls).
+    fn close(&self) -> (u64, u64, u64) {
+        *self.closed.lock() = true;
+        (
+            self.searches.load(Ordering::Relaxed),
+            self.describes.load(Ordering::Relaxed),
+            self.calls.load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn failure(e: crate::error::Error) -> BridgeFailure {
+    BridgeFailure {
+        code: e.code().to_string(),
+        message: e.to_string(),
+    }
 }
 
 /// The tool calls a caller still allows (the gateway's `max_tool_calls`): taken by each
@@ -93,6 +136,7 @@ pub struct DispatchBridge {
     run_id: String,
     counts: Arc<RunCounts>,
     calls: Option<Arc<CallBudget>>,
+    turns: Arc<Turns>,
 }
 
 impl Bridge for DispatchBridge {
@@ -103,10 +147,6 @@ impl Bridge for DispatchBridge {
         cancel: CancellationToken,
     ) -> BridgeFuture<'_> {
         Box::pin(async move {
-            let fail = |e: crate::error::Error| BridgeFailure {
-                code: e.code().to_string(),
-                message: e.to_string(),
-            };
             let arg = |i: usize| args.get(i).cloned().unwrap_or(Value::Null);
             match method {
                 BridgeMethod::Search => {
@@ -127,16 +167,15 @@ impl Bridge for DispatchBridge {
                             });
                         }
                     };
-                    // Counted once the dispatch path has logged it: the run's telemetry
-                    // never has a search the session log lacks (round 34 F1: counted
+                    // Counted and logged together once its work is done, if the run still
+                    // waits: the telemetry and the session log agree (round 34 F1: counted
                     // before its place, a search still waiting when its run ended was
-                    // counted and never logged).
+                    // counted and never logged; round 35 F3, the other way).
                     let (dispatcher, counts) =
                         (Arc::clone(&self.dispatcher), Arc::clone(&self.counts));
-                    aside(Lane::Search, move || {
-                        let hits = dispatcher.search(&query, limit);
-                        counts.searches.fetch_add(1, Ordering::Relaxed);
-                        let hits = hits.map_err(fail)?;
+                    aside(Lane::Search, &self.turns, move || {
+                        let done = dispatcher.search_done(&query, limit);
+                        let hits = counts.record(&counts.searches, &dispatcher, done)?;
                         Ok(answer(&hits))
                     })
                     .await
@@ -150,10 +189,9 @@ impl Bridge for DispatchBridge {
                     };
                     let (dispatcher, counts) =
                         (Arc::clone(&self.dispatcher), Arc::clone(&self.counts));
-                    aside(Lane::Describe, move || {
-                        let d = dispatcher.describe(&id, "code");
-                        counts.describes.fetch_add(1, Ordering::Relaxed);
-                        let d = d.map_err(fail)?;
+                    aside(Lane::Describe, &self.turns, move || {
+                        let done = dispatcher.describe_done(&id, "code");
+                        let d = counts.record(&counts.describes, &dispatcher, done)?;
                         Ok(answer(&d))
                     })
                     .await
@@ -177,7 +215,8 @@ impl Bridge for DispatchBridge {
                     let mut request = CallRequest::new(id, arg(1), "code");
                     request.parent = Some(self.run_id.clone());
                     request.cancel = cancel;
-                    let envelope = self.dispatcher.call(request).await.map_err(fail)?;
+                    request.turns = Some(Arc::clone(&self.turns));
+                    let envelope = self.dispatcher.call(request).await.map_err(failure)?;
                     Ok(answer(&envelope.for_model()))
                 }
             }
@@ -188,9 +227,10 @@ impl Bridge for DispatchBridge {
 /// A search or a describe run through [`offload`], the answer's text made there too.
 async fn aside(
     lane: Lane,
+    turns: &Turns,
     work: impl FnOnce() -> Result<Answer, BridgeFailure> + Send + 'static,
 ) -> Result<Answer, BridgeFailure> {
-    offload(lane, work).await.unwrap_or_else(|e| {
+    offload(lane, Some(turns), work).await.unwrap_or_else(|e| {
         Err(BridgeFailure {
             code: "internal".into(),
             message: format!("the dispatch path failed: {e}"),
@@ -282,6 +322,7 @@ pub async fn run_with(
         run_id: parent_id.to_string(),
         counts: Arc::default(),
         calls,
+        turns: Arc::default(),
     });
     dispatcher
         .log()
@@ -327,13 +368,14 @@ pub async fn run_with(
     };
     // The child is gone and its calls ended (`run_on` aborts and drains them).
     dispatcher.run_ended(parent_id);
+    let (search_count, describe_count, call_count) = bridge.counts.close();
     let counts = dispatcher.catalog().counts();
     let telemetry = Telemetry {
         catalog_size: counts.cataloged,
         sources: counts.by_source,
-        search_count: bridge.counts.searches.load(Ordering::Relaxed),
-        describe_count: bridge.counts.describes.load(Ordering::Relaxed),
-        call_count: bridge.counts.calls.load(Ordering::Relaxed),
+        search_count,
+        describe_count,
+        call_count,
     };
     let result = match outcome.outcome {
         Ok(value) => CodeResult::Ok {
@@ -361,4 +403,44 @@ pub async fn run_with(
         json!({"run_id": parent_id, "ok": ok, "error": code_str, "search_count": t.search_count, "describe_count": t.describe_count, "call_count": t.call_count}),
     );
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Facts;
+    use crate::config::Config;
+    use crate::dispatch::DispatcherBuilder;
+    use crate::telemetry::SessionLog;
+
+    /// A describe whose work ends after its run's telemetry was read is neither counted nor
+    /// logged; one that ends before is both.
+    #[test]
+    fn work_that_ends_after_its_run_is_neither_counted_nor_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        let catalog = crate::Catalog::build(
+            crate::catalog::embedded::demo_descriptors().unwrap(),
+            &Facts {
+                config: &config,
+                env: &|_| None,
+                sources_down: &Default::default(),
+            },
+        )
+        .unwrap();
+        let log = Arc::new(SessionLog::open(dir.path(), "k").unwrap());
+        let d = DispatcherBuilder::new(Arc::new(catalog))
+            .session_log(Arc::clone(&log))
+            .build();
+        let counts = RunCounts::default();
+        let before = d.describe_done("openclaw:github:create_issue", "code");
+        assert!(counts.record(&counts.describes, &d, before).is_ok());
+        let after = d.describe_done("openclaw:github:create_issue", "code");
+        assert_eq!(counts.close(), (0, 1, 0));
+        let refused = counts.record(&counts.describes, &d, after).unwrap_err();
+        assert_eq!(refused.code, "cancelled");
+        assert_eq!(counts.close(), (0, 1, 0));
+        let text = std::fs::read_to_string(dir.path().join("sessions/k.jsonl")).unwrap();
+        assert_eq!(text.matches(r#""event":"describe""#).count(), 1, "{text}");
+    }
 }

@@ -1534,6 +1534,99 @@ fn a_search_waiting_for_a_large_index_leaves_the_server_answering() {
     }
 }
 
+/// Unknown ids cost the host a bounded time however many a run sends, on a catalog of the
+/// longest names: three runs of 32 calls and 32 describes of unknown 256-byte ids each (a
+/// run's 64 bridge calls) leave the server answering pings and another run's one describe
+/// answered ahead of them, and their telemetry counts what the session log has. Their "did you mean" was an
+/// edit distance against every entry (600 ms each here, the calls' on the runtime's
+/// workers): runs past their deadlines by 40 s, pings unanswered as long, and the other
+/// run's describe behind all of theirs (sandbox round 35 F1, F2, F3).
+#[test]
+fn unknown_ids_by_the_hundred_leave_the_server_and_other_runs_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("cat");
+    std::fs::create_dir(&catalog).unwrap();
+    let mut tools = String::new();
+    for i in 0..10_000 {
+        let name = &format!("tool_{i:05}_{}", "golf_romeo_ticket_".repeat(7))[..128];
+        tools.push_str(&json!({"name": name, "description": format!("tool {i}"), "input_schema": {"type": "object", "properties": {}}, "executor": {"kind": "fixture", "text": "ok"}}).to_string());
+        tools.push('\n');
+    }
+    std::fs::write(catalog.join("tools.jsonl"), tools).unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        "[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = 60000\n",
+    )
+    .unwrap();
+    let mut server = RawStdio::start(dir.path(), Some(&config), &["--session", "k"]);
+    server.initialize();
+    let hostile = "const id = (i) => 'openclaw:core:' + 'g'.repeat(238) + String(i).padStart(4, '0');\n\
+                   const all = [];\n\
+                   for (let i = 0; i < 32; i++) {\n\
+                     all.push(openclaw.tools.call(id(i), {}).then(() => 'ran', (e) => e.code));\n\
+                     all.push(openclaw.tools.describe(id(i)).then(() => 'found', (e) => e.code));\n\
+                   }\n\
+                   const codes = await Promise.all(all);\n\
+                   return codes.filter((c) => c === 'unknown-tool').length";
+    for id in [10, 11, 12] {
+        server.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "tool_search_code", "arguments": {"code": hostile}}}),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let honest = format!(
+        "const d = await openclaw.tools.describe('{}'); return d ? 'described' : 'none'",
+        &format!("tool_00001_{}", "golf_romeo_ticket_".repeat(7))[..128]
+    );
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {
+        "name": "tool_search_code", "arguments": {"code": honest}}}),
+    );
+    server.send(&json!({"jsonrpc": "2.0", "id": 14, "method": "ping"}));
+    let mut answered: Vec<Value> = Vec::new();
+    while answered.len() < 5 {
+        let answer = server.next();
+        if answer["id"] == 13 || answer["id"] == 14 {
+            assert!(
+                answered
+                    .iter()
+                    .all(|a| a["id"] != 10 && a["id"] != 11 && a["id"] != 12),
+                "{} waited for the runs of unknown ids: {answered:?}",
+                answer["id"]
+            );
+        }
+        if answer["id"] == 13 {
+            assert!(answer.to_string().contains("described"), "{answer}");
+        }
+        answered.push(answer);
+    }
+    let mut counted = 0;
+    for run in answered
+        .iter()
+        .filter(|a| a["id"] == 10 || a["id"] == 11 || a["id"] == 12)
+    {
+        let text = run["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        let result: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {run}"));
+        assert_eq!(result["value"], 64, "{result}");
+        assert_eq!(result["telemetry"]["describe_count"], 32, "{result}");
+        assert_eq!(result["telemetry"]["call_count"], 32, "{result}");
+        counted += 1;
+    }
+    assert_eq!(counted, 3);
+    drop(server);
+    // The session log has what the telemetry counted: every describe before its run's end.
+    let log = std::fs::read_to_string(dir.path().join("state/sessions/k.jsonl")).unwrap();
+    let describes = log
+        .lines()
+        .filter(|l| l.contains(r#""event":"describe""#))
+        .count();
+    assert_eq!(describes, 3 * 32 + 1, "{}", &log[..log.len().min(2000)]);
+}
+
 /// A request whose id rmcp could answer under is answered under it, whatever else is
 /// wrong with it, and a known method with params that do not read is `invalid params`
 /// (front round 25 F3, F4: no `jsonrpc`, `jsonrpc: "1.0"`, `params: []` or a line that is

@@ -41,6 +41,7 @@ use crate::policy::approval::{ApprovalDecision, ApprovalRequest, Approvals, Appr
 use crate::policy::hooks::{AfterToolCall, BeforeDecision, BeforeToolCall, CommandHook, HookEvent};
 use crate::telemetry::{CounterSnapshot, Counters, SessionLog};
 pub use envelope::{ContentBlock, Envelope, ToolResult};
+use offload::{Lane, offload};
 use validate::Validators;
 
 /// One call to make.
@@ -54,6 +55,9 @@ pub struct CallRequest {
     /// Who is calling, for the session log: `code`, `tool_call`, `directory`, `direct`, `cli`.
     pub caller: &'static str,
     pub cancel: CancellationToken,
+    /// The caller's turns in the lanes ([`offload::Turns`]), for the work the call sends
+    /// there (an unknown id's suggestions).
+    pub turns: Option<Arc<offload::Turns>>,
 }
 
 impl CallRequest {
@@ -64,6 +68,7 @@ impl CallRequest {
             parent: None,
             caller,
             cancel: CancellationToken::new(),
+            turns: None,
         }
     }
 }
@@ -222,23 +227,29 @@ impl Dispatcher {
 
     /// One search, counted and logged.
     pub fn search(&self, query: &str, limit: Option<usize>) -> Result<Vec<CompactDescriptor>> {
+        self.record(self.search_done(query, limit))
+    }
+
+    /// One search, counted, its log event made but not written ([`Dispatcher::record`]).
+    pub fn search_done(&self, query: &str, limit: Option<usize>) -> Done<Vec<CompactDescriptor>> {
         // A refused search is logged too: every search a caller made is in the log.
-        let hits = match self.catalog().search(query, limit) {
-            Ok(hits) => hits,
-            Err(e) => {
-                self.log.no_effect(
-                    "search",
-                    json!({"query": logged(query), "limit": limit, "error": e.code()}),
-                );
-                return Err(e);
+        match self.catalog().search(query, limit) {
+            Ok(hits) => {
+                self.counters.searched(1);
+                let event = json!({"query": logged(query), "limit": limit, "ids": hits.iter().map(|h| &h.id).collect::<Vec<_>>()});
+                Done::new("search", event, Ok(hits))
             }
-        };
-        self.counters.searched(1);
-        self.log.no_effect(
-            "search",
-            json!({"query": logged(query), "limit": limit, "ids": hits.iter().map(|h| &h.id).collect::<Vec<_>>()}),
-        );
-        Ok(hits)
+            Err(e) => {
+                let event = json!({"query": logged(query), "limit": limit, "error": e.code()});
+                Done::new("search", event, Err(e))
+            }
+        }
+    }
+
+    /// Writes a search's or a describe's log event, and gives its result.
+    pub fn record<T>(&self, done: Done<T>) -> Result<T> {
+        self.log.no_effect(done.kind, done.event);
+        done.result
     }
 
     /// A batch search, counted (one per query) and logged.
@@ -260,14 +271,18 @@ impl Dispatcher {
 
     /// One describe, counted and logged.
     pub fn describe(&self, tool: &str, caller: &str) -> Result<Description> {
+        self.record(self.describe_done(tool, caller))
+    }
+
+    /// One describe, counted, its log event made but not written ([`Dispatcher::record`]).
+    pub fn describe_done(&self, tool: &str, caller: &str) -> Done<Description> {
         self.counters.described();
         let d = self
             .catalog()
             .describe(tool)
             .map_err(|e| with_recovery_hint(e, caller));
         let event = json!({"requested": logged(tool), "id": d.as_ref().ok().map(|d| &d.compact.id), "error": d.as_ref().err().map(Error::code)});
-        self.log.no_effect("describe", event);
-        d
+        Done::new("describe", event, d)
     }
 
     /// The input of a structured `tool_call`, `{id, args?}`, as (tool, args). Arguments
@@ -299,7 +314,15 @@ impl Dispatcher {
             ))),
             (None, false) => {
                 let catalog = self.catalog();
-                let entry = catalog.resolve(id)?;
+                // An unknown id is the call's to refuse, with its suggestions made off the
+                // runtime's workers (this runs on one).
+                let entry = match catalog.find(id) {
+                    Ok(entry) => entry,
+                    Err(Error::UnknownTool { .. }) => {
+                        return Ok((id.to_string(), Value::Object(rest)));
+                    }
+                    Err(e) => return Err(e),
+                };
                 let schema = entry.descriptor.input_schema.value();
                 let props = schema.get("properties").and_then(Value::as_object);
                 let unknown: Vec<&String> = rest
@@ -328,10 +351,13 @@ impl Dispatcher {
         let started = Instant::now();
         self.counters.called();
         let catalog = self.catalog();
-        let entry = match catalog.resolve(&request.tool) {
+        let entry = match catalog.find(&request.tool) {
             Ok(e) => e,
             Err(e) => {
-                let e = with_recovery_hint(e, request.caller);
+                let e = with_recovery_hint(
+                    suggested(&catalog, e, request.turns.as_deref()).await,
+                    request.caller,
+                );
                 self.log.no_effect(
                     "call",
                     json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)}),
@@ -653,6 +679,49 @@ impl Dispatcher {
             *n
         };
         format!("{caller}:{parent}.{}:{name}:{n}", self.instance)
+    }
+}
+
+/// A search or a describe whose work is done and whose log event is not yet written: a
+/// caller that may have stopped waiting meanwhile (a code run past its end) writes it only
+/// if it still waits, so the log and the run's telemetry agree (sandbox round 35 F3: work
+/// that ended after its run was logged after the run's `code_result`, uncounted).
+#[must_use]
+pub struct Done<T> {
+    kind: &'static str,
+    event: Value,
+    result: Result<T>,
+}
+
+impl<T> Done<T> {
+    fn new(kind: &'static str, event: Value, result: Result<T>) -> Self {
+        Done {
+            kind,
+            event,
+            result,
+        }
+    }
+}
+
+/// An unknown id's error with the ids close to it, made on the describe lane as a
+/// describe's are: a call runs on the runtime's workers, and a run's 64 calls of unknown
+/// ids held both of them (sandbox round 35 F1).
+async fn suggested(catalog: &Arc<Catalog>, e: Error, turns: Option<&offload::Turns>) -> Error {
+    match e {
+        Error::UnknownTool {
+            requested, hint, ..
+        } => {
+            let (catalog, wanted) = (Arc::clone(catalog), requested.clone());
+            let suggestions = offload(Lane::Describe, turns, move || catalog.suggest(&wanted))
+                .await
+                .unwrap_or_default();
+            Error::UnknownTool {
+                requested,
+                suggestions,
+                hint,
+            }
+        }
+        other => other,
     }
 }
 

@@ -402,7 +402,7 @@ impl Gateway {
                 })?
         };
         if let Some(ToolChoice::Tool(name)) = choice
-            && catalog.resolve(name).is_err()
+            && catalog.find(name).is_err()
         {
             return Err(ApiError::bad_request(format!(
                 "tool_choice names `{name}`, which is neither a tool of this request nor one of the catalog"

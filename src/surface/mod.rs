@@ -355,7 +355,7 @@ fn build_directory(catalog: &Catalog, options: &Options, surface: &mut Surface) 
     let want = options.likely.min(LIKELY_MAX);
     let mut loaded: Vec<&Entry> = Vec::new();
     for r in options.required {
-        if let Ok(e) = catalog.resolve(r)
+        if let Ok(e) = catalog.find(r)
             && e.descriptor.source != Source::Client
             && e.descriptor.catalog_mode == crate::catalog::CatalogMode::Catalog
             && !loaded.iter().any(|l| l.id == e.id)
