@@ -157,13 +157,20 @@ impl Bridge for DispatchBridge {
                                 .into(),
                         });
                     };
+                    // As `tool_search`'s schema says: a whole number of at least 1 (1.5, -1
+                    // and 1e308 fell back to the default limit without a word: round 35).
                     let limit = match arg(1) {
                         Value::Null => None,
-                        Value::Number(n) => n.as_u64().map(|n| n as usize),
-                        _ => {
+                        Value::Number(n) if n.as_u64().is_some_and(|n| n >= 1) => {
+                            n.as_u64().map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                        }
+                        other => {
                             return Err(BridgeFailure {
                                 code: "invalid-request".into(),
-                                message: "openclaw.tools.search: `limit` must be a number".into(),
+                                message: format!(
+                                    "openclaw.tools.search: `limit` must be a whole number of at least 1, not {}",
+                                    crate::catalog::compact::cut(&other.to_string(), 40)
+                                ),
                             });
                         }
                     };

@@ -854,6 +854,30 @@ fn control_search_describe_and_a_fixture_call_work() {
     });
 }
 
+/// A search's `limit` is what `tool_search`'s schema says, a whole number of at least 1;
+/// anything else is refused by name (1.5, -1 and 1e308 fell back to the default limit
+/// without a word: sandbox round 35).
+#[test]
+fn a_search_limit_is_a_whole_number_of_at_least_one() {
+    each_node(|case| {
+        let run = case.code(
+            "const out = [];\n\
+             for (const limit of [1.5, -1, 0, 1e308, 'x', true]) {\n\
+               try { await openclaw.tools.search('canary', {limit}); out.push('searched'); }\n\
+               catch (e) { out.push(e.code + (e.message.includes('whole number') ? '' : ': ' + e.message)); }\n\
+             }\n\
+             out.push((await openclaw.tools.search('canary tool', {limit: 1})).length);\n\
+             return out",
+            RUN_MS,
+        );
+        case.assert_contained(&run);
+        assert!(run.ok(), "{}", run.stdout);
+        let mut expected = vec![json!("invalid-request"); 6];
+        expected.push(json!(1));
+        assert_eq!(run.value(), &json!(expected), "{}", run.stdout);
+    });
+}
+
 #[test]
 fn control_the_marker_and_the_secret_checks_can_fail() {
     // A body that prints the marker is caught by assert_contained...
