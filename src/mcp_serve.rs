@@ -256,10 +256,13 @@ async fn bounded_request(
             Category::Syntax | Category::Eof | Category::Io => {
                 rpc_error(-32700, format!("Parse error: {e}"))
             }
-            Category::Data => rpc_error(
-                -32600,
-                format!("Invalid Request: not one JSON-RPC message (MCP has no batches): {e}"),
-            ),
+            Category::Data => {
+                let why = serde_json::from_str::<serde_json::Value>(text)
+                    .ok()
+                    .and_then(|v| stdio::why_unreadable(&v).map(str::to_string))
+                    .unwrap_or_else(|| format!("not a JSON-RPC message this server reads: {e}"));
+                rpc_error(-32600, format!("Invalid Request: {why}"))
+            }
         };
     }
     let values = crate::provider::bounded::count_values(&bytes);

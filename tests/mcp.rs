@@ -512,18 +512,48 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
             "{body}"
         );
         // Not JSON at all: a JSON-RPC parse error under 400, not rmcp's 415; not a message
-        // (a batch, a string): an invalid request under 400.
-        for (body, code) in [
-            (&br#"{"jsonrpc":"2.0","id":3,"method":"#[..], -32700),
+        // (a batch, a string): an invalid request under 400, that says what is wrong (an
+        // `id` of null or an object was "not one JSON-RPC message (MCP has no batches)":
+        // front round 27 F2).
+        for (body, code, says) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":3,"method":"#[..],
+                -32700,
+                "Parse error",
+            ),
             (
                 b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"p\xffing\"}",
                 -32700,
+                "UTF-8",
             ),
-            (br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#, -32600),
-            (br#""just a string""#, -32600),
-            (br#"{}"#, -32600),
-            (br#"{"jsonrpc":"2.0","id":1}"#, -32600),
-            (br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, -32600),
+            (
+                br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#,
+                -32600,
+                "batches",
+            ),
+            (br#""just a string""#, -32600, "is an object"),
+            (br#"{}"#, -32600, "jsonrpc"),
+            (br#"{"jsonrpc":"2.0","id":1}"#, -32600, "`method`"),
+            (
+                br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                -32600,
+                "`id`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                -32600,
+                "`id`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+                -32600,
+                "`id`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":5,"method":7}"#,
+                -32600,
+                "`method`",
+            ),
         ] {
             let r = client
                 .post(&url)
@@ -537,6 +567,13 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
             assert_eq!(r.status(), 400, "{}", String::from_utf8_lossy(body));
             let error: Value = r.json().await.unwrap();
             assert_eq!(error["error"]["code"], json!(code), "{error}");
+            assert!(
+                error["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(says),
+                "{error}"
+            );
         }
     });
 }

@@ -119,19 +119,42 @@ fn answerable(v: &Value) -> Option<Value> {
 
 /// Why a request with an id is not one rmcp reads.
 fn unreadable_request(v: &Value) -> String {
-    let why = if v.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        "`jsonrpc` must be \"2.0\""
-    } else if !v["method"].is_string() {
-        "`method` must be a string"
+    format!(
+        "invalid request: {}",
+        why_unreadable(v).unwrap_or("it is not a request this server reads")
+    )
+}
+
+/// What makes a JSON value no message rmcp reads, when it is one of the usual mistakes;
+/// the one reading of it for stdio and HTTP (front round 27 F2: over HTTP an `id` of
+/// `null` or an object was answered "not one JSON-RPC message (MCP has no batches)").
+pub(super) fn why_unreadable(v: &Value) -> Option<&'static str> {
+    if v.is_array() {
+        Some("MCP has no batches: send each message on its own")
+    } else if !v.is_object() {
+        Some("a JSON-RPC message is an object")
+    } else if v.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        Some("`jsonrpc` must be \"2.0\"")
+    } else if v
+        .get("id")
+        .is_some_and(|id| !id.is_string() && !id.is_i64())
+    {
+        Some("`id` must be a string or an integer")
+    } else if v.get("method").is_some_and(|m| !m.is_string())
+        || (v.get("method").is_none()
+            && v.get("id").is_some()
+            && v.get("result").is_none()
+            && v.get("error").is_none())
+    {
+        Some("`method` must be a string")
     } else if v
         .get("params")
         .is_some_and(|p| !p.is_object() && !p.is_null())
     {
-        "`params` must be an object"
+        Some("`params` must be an object")
     } else {
-        "it is not a request this server reads"
-    };
-    format!("invalid request: {why}")
+        None
+    }
 }
 
 /// The requests rmcp has and has not answered, and whether it can write its answers: a
