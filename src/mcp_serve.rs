@@ -157,11 +157,14 @@ instead of listing every tool. Start from the tools listed here.";
 /// [`MAX_REQUEST_BYTES`] and [`MAX_REQUEST_VALUES`] (a tool's arguments; a
 /// `tool_search_code` body is one string value); and at most [`MAX_REQUESTS_AT_ONCE`] are
 /// answered at once (a 503 beyond), each taking its place once its body has arrived and
-/// holding it until its answer is sent.
+/// holding it until its answer is sent. That bound is stdio's (64 unanswered requests),
+/// twice the tool calls run at once, so calls past [`MAX_CALLS_AT_ONCE`] are answered
+/// `busy`, a tool result an agent reads, over HTTP as over stdio (front round 27 F3: with
+/// both at 32 the 33rd of 40 parallel calls was a 503 the official SDK throws).
 pub const MAX_OPENING_BYTES: usize = 16 * 1024;
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_REQUEST_VALUES: usize = 50_000;
-pub const MAX_REQUESTS_AT_ONCE: usize = 32;
+pub const MAX_REQUESTS_AT_ONCE: usize = stdio::MAX_IN_FLIGHT;
 
 /// A refusal of `mcp serve --listen`, as plain text (MCP's HTTP transport has no error
 /// body of its own outside JSON-RPC).

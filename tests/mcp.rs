@@ -1097,6 +1097,63 @@ fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
     });
 }
 
+/// Forty calls at once on one session over HTTP, the client waiting for each: every one
+/// is answered 200 with a tool result, those past the 32 running `busy` as over stdio (with
+/// the HTTP bound at 32 too, the 33rd was a 503 the official SDK throws: front round 27
+/// F3).
+#[test]
+fn calls_past_the_bound_over_http_are_busy_results_not_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("nap.json");
+    std::fs::write(
+        &catalog,
+        r#"{"tools": [{"name": "nap", "description": "sleeps", "executor": {"kind": "command", "command": ["/bin/sleep", "4"], "timeout_ms": 20000}}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[catalog]\npaths = [{:?}]\n\n[tools.toolSearch]\nmode = \"tools\"\n",
+            catalog.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    block_on(async {
+        let client = reqwest::Client::new();
+        let (status, session) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
+        assert_eq!(status, 200);
+        let session = session.unwrap();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        mcp_post(&client, &url, Some(&session), initialized).await;
+        let calls = (0..40u64).map(|n| {
+            let (client, url, session) = (client.clone(), url.clone(), session.clone());
+            async move {
+                let r = client
+                    .post(&url)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", &session)
+                    .json(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "tool_call", "arguments": {"id": "nap", "args": {}}}}))
+                    .send()
+                    .await
+                    .unwrap();
+                (r.status().as_u16(), r.text().await.unwrap())
+            }
+        });
+        let answers = futures::future::join_all(calls).await;
+        let busy = answers
+            .iter()
+            .filter(|(_, text)| text.contains("busy"))
+            .count();
+        for (status, text) in &answers {
+            assert_eq!(*status, 200, "{text}");
+        }
+        assert_eq!(busy, 8, "{answers:?}");
+    });
+}
+
 /// The children's working directory is looked at before each spawn: removed under a
 /// running host (a temp cleaner; another host that took it for a dead one's), it is made
 /// anew, and code mode goes on.
