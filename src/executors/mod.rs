@@ -116,38 +116,51 @@ impl Executors {
 }
 
 /// Fills a fixture template. Details default to `{status: "ok", tool, input}`.
+/// The template's text with its placeholders filled, expanded only as far as a result
+/// keeps ([`MAX_CONTENT_BYTES`]): each `{input}` copies the caller's arguments, and a
+/// template of 20,000 of them made gigabytes from a call's 60 KB before the result was cut
+/// (sandbox round 36 F3).
 fn fixture(entry: &Entry, args: &Value, text: &str, details: &Option<Value>) -> ToolOutput {
+    let cap = crate::dispatch::envelope::MAX_CONTENT_BYTES + 4;
     let input = args.to_string();
-    let mut out = String::with_capacity(text.len() + input.len());
+    let mut out = String::with_capacity(cap.min(text.len() + input.len()));
+    let push = |out: &mut String, piece: &str| {
+        let room = cap.saturating_sub(out.len());
+        let mut end = piece.len().min(room);
+        while !piece.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&piece[..end]);
+    };
     let mut rest = text;
     while let Some(start) = rest.find('{') {
-        out.push_str(&rest[..start]);
+        if out.len() >= cap {
+            rest = "";
+            break;
+        }
+        push(&mut out, &rest[..start]);
         let after = &rest[start + 1..];
         let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
+            push(&mut out, &rest[start..]);
             rest = "";
             break;
         };
         let key = &after[..end];
         match key {
-            "name" => out.push_str(&entry.descriptor.name),
-            "input" => out.push_str(&input),
+            "name" => push(&mut out, &entry.descriptor.name),
+            "input" => push(&mut out, &input),
             _ => match key.strip_prefix("args.") {
                 Some(k) => match args.get(k) {
-                    Some(Value::String(s)) => out.push_str(s),
-                    Some(v) => out.push_str(&v.to_string()),
+                    Some(Value::String(s)) => push(&mut out, s),
+                    Some(v) => push(&mut out, &v.to_string()),
                     None => {}
                 },
-                None => {
-                    out.push('{');
-                    out.push_str(key);
-                    out.push('}');
-                }
+                None => push(&mut out, &format!("{{{key}}}")),
             },
         }
         rest = &after[end + 1..];
     }
-    out.push_str(rest);
+    push(&mut out, rest);
     let details = details
         .clone()
         .unwrap_or_else(|| json!({"status": "ok", "tool": entry.descriptor.name, "input": args}));
@@ -155,5 +168,55 @@ fn fixture(entry: &Entry, args: &Value, text: &str, details: &Option<Value>) -> 
         text: out,
         details,
         is_error: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{ExecutorSpec, Facts, Source, ToolDescriptor};
+    use crate::config::Config;
+
+    /// A template of 20,000 `{input}`s on a call's 60 KB stops at what a result keeps.
+    #[test]
+    fn a_fixture_template_expands_only_as_far_as_a_result_keeps() {
+        let template = "{input}".repeat(20_000);
+        let tool = ToolDescriptor::builder(Source::Openclaw, "core", "tmpl")
+            .description("a template")
+            .input_schema(&json!({"type": "object"}))
+            .executor(ExecutorSpec::Fixture {
+                text: template.clone(),
+                details: None,
+            })
+            .origin("test")
+            .build();
+        let config = Config::default();
+        let catalog = crate::Catalog::build(
+            vec![tool],
+            &Facts {
+                config: &config,
+                env: &|_| None,
+                sources_down: &Default::default(),
+            },
+        )
+        .unwrap();
+        let entry = catalog.resolve("tmpl").unwrap();
+        let args = json!({"s": "é".repeat(30_000)});
+        let out = fixture(entry, &args, &template, &None);
+        let cap = crate::dispatch::envelope::MAX_CONTENT_BYTES;
+        assert!(
+            out.text.len() > cap && out.text.len() <= cap + 4,
+            "{}",
+            out.text.len()
+        );
+        assert!(out.text.starts_with(&args.to_string()));
+        // A small template is filled whole.
+        let out = fixture(
+            entry,
+            &json!({"a": 1}),
+            "{name}: {args.a} {input} {other}",
+            &None,
+        );
+        assert_eq!(out.text, r#"tmpl: 1 {"a":1} {other}"#);
     }
 }
