@@ -1903,6 +1903,60 @@ fn a_run_s_telemetry_agrees_with_the_session_log() {
     }
 }
 
+/// Calls, searches and describes a body leaves running when it returns are in the log as
+/// many times as the telemetry counts them: unknown-id calls waiting for their suggestions
+/// were counted and not logged (sandbox round 36 F2: 16 counted, 8 logged).
+#[test]
+fn work_a_body_leaves_running_is_logged_as_it_is_counted() {
+    let sb = Sandbox::new();
+    let body = "for (let i = 0; i < 16; i++) {\n\
+                  openclaw.tools.call('nope_tool_' + i, {}).then(() => {}, () => {});\n\
+                  openclaw.tools.describe('nope_tool_' + i).then(() => {}, () => {});\n\
+                }\n\
+                return 1";
+    for _ in 0..3 {
+        let out = run(sb.demo().args(["code", body, "--json"]));
+        let v = out.json();
+        assert_eq!(v["ok"], true, "{}", out.stdout);
+        let t = &v["telemetry"];
+        let logged = |event: &str| {
+            let results = sb.events("code_result");
+            let last = results.last().unwrap();
+            // The events of this run: those before its `code_result`, after the one before.
+            let log = sb.log_of(SESSION);
+            let end = log.iter().position(|e| e == last).unwrap();
+            let start = log[..end]
+                .iter()
+                .rposition(|e| e["event"] == "code")
+                .unwrap();
+            log[start..end]
+                .iter()
+                .filter(|e| e["event"] == event)
+                .count() as u64
+        };
+        assert_eq!(
+            logged("call"),
+            t["call_count"].as_u64().unwrap(),
+            "{}",
+            out.stdout
+        );
+        assert_eq!(
+            logged("describe"),
+            t["describe_count"].as_u64().unwrap(),
+            "{}",
+            out.stdout
+        );
+        // Nothing of the run is logged after its end.
+        let log = sb.log_of(SESSION);
+        assert_eq!(
+            log.last().unwrap()["event"],
+            "code_result",
+            "{:?}",
+            log.last()
+        );
+    }
+}
+
 /// A run that ends while a call is still in its before-hook (which has seen the arguments)
 /// leaves the call in the log as `aborted` at that stage, not nothing.
 #[test]

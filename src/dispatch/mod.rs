@@ -353,16 +353,16 @@ impl Dispatcher {
         let catalog = self.catalog();
         let entry = match catalog.find(&request.tool) {
             Ok(e) => e,
+            // Logged before its suggestions are made, which may wait for the describe lane:
+            // a caller that stops waiting meanwhile (its run ended) still has the call in
+            // the log it counted (sandbox round 36 F2: 16 counted, 8 logged).
             Err(e) => {
-                let e = with_recovery_hint(
-                    suggested(&catalog, e, request.turns.as_deref()).await,
-                    request.caller,
-                );
+                let e = with_recovery_hint(e, request.caller);
                 self.log.no_effect(
                     "call",
                     json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)}),
                 );
-                return Err(e);
+                return Err(suggested(&catalog, e, request.turns.as_deref()).await);
             }
         };
         let call_id = self.next_call_id(
