@@ -1721,6 +1721,88 @@ fn unknown_ids_by_the_hundred_leave_the_server_and_other_runs_answered() {
     assert_eq!(describes, 3 * 32 + 1, "{}", &log[..log.len().min(2000)]);
 }
 
+/// A schema that costs its author's choice to compile (64 patterns of a large class
+/// repeated 900 times, and one that does not compile) is compiled off the runtime's
+/// workers, once however many calls come at once, and its failure kept: three runs
+/// calling it leave a ping answered first, and a second call is answered from what the
+/// first found (sandbox round 36 F1: compiled on the worker polling the call, again on
+/// every call, runs ended 3 s past their deadlines and `mcp serve` was silent 7.7 s).
+#[test]
+fn a_costly_schema_is_compiled_once_off_the_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("cat");
+    std::fs::create_dir(&catalog).unwrap();
+    let mut props = serde_json::Map::new();
+    for i in 0..63 {
+        props.insert(
+            format!("p{i}"),
+            json!({"type": "string", "pattern": format!("^[^\\x00]{{0,900}}-{i}$")}),
+        );
+    }
+    props.insert("zzz".into(), json!({"type": "string", "pattern": "(?<=a"}));
+    let tools = [
+        json!({"name": "slow", "description": "a costly schema", "input_schema": {"type": "object", "properties": props}, "executor": {"kind": "fixture", "text": "ok"}}),
+        json!({"name": "ok", "description": "a plain tool", "input_schema": {"type": "object"}, "executor": {"kind": "fixture", "text": "ok"}}),
+    ];
+    std::fs::write(
+        catalog.join("tools.jsonl"),
+        tools
+            .iter()
+            .map(|t| t.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        "[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = 60000\n",
+    )
+    .unwrap();
+    let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
+    server.initialize();
+    let body = "const times = [];\n\
+                for (let i = 0; i < 2; i++) {\n\
+                  const t = Date.now();\n\
+                  const code = await openclaw.tools.call('slow', {}).then(() => 'ran', (e) => e.code);\n\
+                  times.push([code, Date.now() - t]);\n\
+                }\n\
+                return times";
+    for id in [10, 11, 12] {
+        server.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "tool_search_code", "arguments": {"code": body}}}),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    server.send(&json!({"jsonrpc": "2.0", "id": 14, "method": "ping"}));
+    let mut answered: Vec<Value> = Vec::new();
+    while answered.len() < 4 {
+        let answer = server.next();
+        if answer["id"] == 14 {
+            assert!(
+                answered.is_empty(),
+                "the ping waited for the runs: {answered:?}"
+            );
+        }
+        answered.push(answer);
+    }
+    let first = answered.iter().find(|a| a["id"] == 10).unwrap();
+    let text = first["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let result: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {first}"));
+    let times = result["value"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{result}"));
+    assert_eq!(times[0][0], "bad-schema", "{result}");
+    assert_eq!(times[1][0], "bad-schema", "{result}");
+    let (once, again) = (times[0][1].as_u64().unwrap(), times[1][1].as_u64().unwrap());
+    assert!(
+        again * 4 <= once.max(20),
+        "the second call took {again} ms, the first {once} ms: compiled again"
+    );
+}
+
 /// A request whose id rmcp could answer under is answered under it, whatever else is
 /// wrong with it, and a known method with params that do not read is `invalid params`
 /// (front round 25 F3, F4: no `jsonrpc`, `jsonrpc: "1.0"`, `params: []` or a line that is

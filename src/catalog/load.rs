@@ -788,6 +788,16 @@ fn check_schema(pointer: &str, schema: &Value) -> std::result::Result<Schema, Lo
         ));
     }
     super::schema_cost::expanded_nodes(schema).map_err(|why| (pointer.to_string(), why))?;
+    let patterns = super::schema_cost::patterns(schema);
+    if patterns > super::schema_cost::MAX_PATTERNS {
+        return Err((
+            pointer.into(),
+            format!(
+                "schema holds {patterns} regular expressions (`pattern`, `patternProperties`); the limit is {}: each is compiled at the tool's first call",
+                super::schema_cost::MAX_PATTERNS
+            ),
+        ));
+    }
     let compact = Schema::from_value(schema);
     let bytes = compact.as_str().len();
     if bytes > limits::MAX_SCHEMA_BYTES {
@@ -960,6 +970,34 @@ mod tests {
         assert_eq!(tools.len(), 1);
         assert!(skipped[0].contains("`bomb`"), "{skipped:?}");
         assert!(skipped[0].contains("subschemas"), "{skipped:?}");
+    }
+
+    /// A server's schema with more regular expressions than are compiled is left out at
+    /// load, named (sandbox round 36 F1: 400 costly patterns held a host 7.7 s).
+    #[test]
+    fn a_schema_with_too_many_patterns_is_left_out() {
+        use serde_json::json;
+        let many = |n: usize| {
+            let props: serde_json::Map<String, serde_json::Value> = (0..n)
+                .map(|i| {
+                    (
+                        format!("p{i}"),
+                        json!({"type": "string", "pattern": "^a+$"}),
+                    )
+                })
+                .collect();
+            json!({"type": "object", "properties": props})
+        };
+        let (tools, skipped) = mcp_server_tools(
+            "srv",
+            vec![
+                json!({"name": "enough", "inputSchema": many(super::super::schema_cost::MAX_PATTERNS)}),
+                json!({"name": "too_many", "inputSchema": many(super::super::schema_cost::MAX_PATTERNS + 1)}),
+            ],
+        );
+        assert_eq!(tools.len(), 1, "{skipped:?}");
+        assert!(skipped[0].contains("`too_many`"), "{skipped:?}");
+        assert!(skipped[0].contains("regular expressions"), "{skipped:?}");
     }
 
     #[test]

@@ -386,7 +386,10 @@ impl Dispatcher {
             stage: "validation",
             armed: true,
         };
-        let (mut args, checked) = self.validators.check_aside(entry, given).await;
+        let (mut args, checked) = self
+            .validators
+            .check_aside(entry, given, request.turns.as_deref())
+            .await;
         if let Err(e) = checked {
             unlogged.armed = false;
             self.log.no_effect(
@@ -437,7 +440,11 @@ impl Dispatcher {
                 match decision {
                     BeforeDecision::Pass => {}
                     BeforeDecision::Replace(new_args) => {
-                        if let Err(e) = self.validators.check(entry, &new_args) {
+                        let (new_args, checked) = self
+                            .validators
+                            .check_aside(entry, new_args, request.turns.as_deref())
+                            .await;
+                        if let Err(e) = checked {
                             let reason = format!(
                                 "hook {} replaced the arguments with invalid ones: {e}",
                                 hook.name()

@@ -31,14 +31,18 @@ use tokio::sync::Semaphore;
 pub enum Lane {
     Search,
     Describe,
+    /// A call's arguments checked against its tool's schema (compiled at its first call).
+    Check,
 }
 
 fn places(lane: Lane) -> &'static Arc<Semaphore> {
     static SEARCH: OnceLock<Arc<Semaphore>> = OnceLock::new();
     static DESCRIBE: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    static CHECK: OnceLock<Arc<Semaphore>> = OnceLock::new();
     let lane = match lane {
         Lane::Search => &SEARCH,
         Lane::Describe => &DESCRIBE,
+        Lane::Check => &CHECK,
     };
     lane.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
@@ -51,6 +55,7 @@ fn places(lane: Lane) -> &'static Arc<Semaphore> {
 pub struct Turns {
     search: Semaphore,
     describe: Semaphore,
+    check: Semaphore,
 }
 
 impl Default for Turns {
@@ -58,6 +63,7 @@ impl Default for Turns {
         Turns {
             search: Semaphore::new(1),
             describe: Semaphore::new(1),
+            check: Semaphore::new(1),
         }
     }
 }
@@ -75,6 +81,7 @@ pub async fn offload<T: Send + 'static>(
             match lane {
                 Lane::Search => &turns.search,
                 Lane::Describe => &turns.describe,
+                Lane::Check => &turns.check,
             }
             .acquire()
             .await

@@ -1,46 +1,83 @@
 //! Argument validation against a tool's input schema, with compiled validators cached per
 //! tool (compiling costs tens of microseconds; checking a small object, about one).
+//!
+//! Compiling and checking both run on the check lane ([`offload`]), never on the runtime's
+//! workers: a schema's regular expressions cost what their author chose to compile (400
+//! patterns of `[^\x00]{0,900}` took 1.4 s and 388 MB), and compiled on the worker that
+//! polled the call they held a code run's loop past its deadline and `mcp serve` silent for
+//! 7.7 s (sandbox round 36 F1). A tool's validator is compiled once, concurrent calls
+//! waiting for that one compile, and a schema that does not compile is kept as such (it
+//! was compiled again on every call). Each pattern compiles within [`PATTERN_BYTES`] (the
+//! loader allows [`crate::catalog::schema_cost::MAX_PATTERNS`] of them a schema).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use serde_json::Value;
 
-use crate::catalog::Entry;
+use super::offload::{Lane, Turns, offload};
+use crate::catalog::{Entry, Schema};
 use crate::error::{Error, Result};
 
 /// At most this many failures are listed; the rest are counted.
 const MAX_LISTED: usize = 10;
 
+/// The compiled size, and the lazy DFA's cache, each pattern may take.
+const PATTERN_BYTES: usize = 1 << 20;
+const PATTERN_CACHE_BYTES: usize = 256 << 10;
+
 /// Keyed by tool id, with the schema text the validator was compiled from: a rebuilt
 /// catalog (an MCP server's `tools/list_changed`) may give an id a new schema.
 #[derive(Default)]
 pub(super) struct Validators {
-    cache: Mutex<HashMap<String, (crate::catalog::Schema, Arc<jsonschema::Validator>)>>,
+    cache: Mutex<HashMap<String, Arc<Compiled>>>,
+}
+
+/// One schema's validator, or why it does not compile, made once.
+struct Compiled {
+    schema: Schema,
+    validator: OnceLock<std::result::Result<jsonschema::Validator, String>>,
+}
+
+impl Compiled {
+    /// Compiles on first use; a caller that comes meanwhile waits for that compile.
+    fn check(&self, id: &str, args: &Value) -> Result<()> {
+        let compiled = self.validator.get_or_init(|| {
+            jsonschema::options()
+                .with_pattern_options(
+                    jsonschema::PatternOptions::fancy_regex()
+                        .size_limit(PATTERN_BYTES)
+                        .dfa_size_limit(PATTERN_CACHE_BYTES),
+                )
+                .build(&self.schema.value())
+                .map_err(|e| e.to_string())
+        });
+        match compiled {
+            Ok(validator) => listed(validator, id, args),
+            Err(message) => Err(Error::BadSchema {
+                id: id.to_string(),
+                message: message.clone(),
+            }),
+        }
+    }
 }
 
 impl Validators {
     /// `Ok` when `args` satisfy the tool's input schema; otherwise every failure with its
-    /// JSON pointer.
-    pub(super) fn check(&self, entry: &Entry, args: &Value) -> Result<()> {
-        let validator = self.get(entry)?;
-        listed(&validator, &entry.id, args)
-    }
-
-    /// The same, the validation itself on a blocking thread: its cost grows with the schema
-    /// and the arguments together, and on a runtime worker two costly ones held every
-    /// worker of a two-core host, deadlines and all (review 20 F1; the schema's own cost
-    /// is bounded when it is loaded, `catalog::schema_cost`). The arguments come back.
-    pub(super) async fn check_aside(&self, entry: &Entry, args: Value) -> (Value, Result<()>) {
-        let validator = match self.get(entry) {
-            Ok(v) => v,
-            Err(e) => return (args, Err(e)),
-        };
+    /// JSON pointer. The arguments come back. Run on the check lane, in `turns` when the
+    /// caller has them.
+    pub(super) async fn check_aside(
+        &self,
+        entry: &Entry,
+        args: Value,
+        turns: Option<&Turns>,
+    ) -> (Value, Result<()>) {
+        let compiled = self.compiled(entry);
         let id = entry.id.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            let result = listed(&validator, &id, &args);
+        let checked = offload(Lane::Check, turns, move || {
+            let result = compiled.check(&id, &args);
             (args, result)
         })
         .await;
@@ -56,26 +93,19 @@ impl Validators {
         }
     }
 
-    fn get(&self, entry: &Entry) -> Result<Arc<jsonschema::Validator>> {
-        if let Some((schema, v)) = self.cache.lock().get(&entry.id)
-            && schema.as_str() == entry.descriptor.input_schema.as_str()
-        {
-            return Ok(Arc::clone(v));
+    fn compiled(&self, entry: &Entry) -> Arc<Compiled> {
+        let mut cache = self.cache.lock();
+        match cache.get(&entry.id) {
+            Some(c) if c.schema.as_str() == entry.descriptor.input_schema.as_str() => Arc::clone(c),
+            _ => {
+                let c = Arc::new(Compiled {
+                    schema: entry.descriptor.input_schema.clone(),
+                    validator: OnceLock::new(),
+                });
+                cache.insert(entry.id.clone(), Arc::clone(&c));
+                c
+            }
         }
-        let schema = entry.descriptor.input_schema.value();
-        let validator = jsonschema::validator_for(&schema).map_err(|e| Error::BadSchema {
-            id: entry.id.clone(),
-            message: e.to_string(),
-        })?;
-        let validator = Arc::new(validator);
-        self.cache.lock().insert(
-            entry.id.clone(),
-            (
-                entry.descriptor.input_schema.clone(),
-                Arc::clone(&validator),
-            ),
-        );
-        Ok(validator)
     }
 }
 
