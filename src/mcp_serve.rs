@@ -238,10 +238,10 @@ async fn bounded_request(
     // Not JSON, or not a JSON-RPC message: a JSON-RPC error under 400, as MCP's other
     // servers answer (rmcp said 415, which tells a client its content type was wrong:
     // front rounds 21 F2 and 22 F5). Text that is not UTF-8 is not JSON.
-    let rpc_error = |code: i32, message: String| {
+    let rpc_error = |code: i32, message: String, id: Option<serde_json::Value>| {
         let error = serde_json::json!({
             "jsonrpc": "2.0",
-            "id": null,
+            "id": id,
             "error": {"code": code, "message": message},
         });
         (StatusCode::BAD_REQUEST, axum::Json(error)).into_response()
@@ -251,20 +251,24 @@ async fn bounded_request(
     // got its 415).
     let text = match std::str::from_utf8(&bytes) {
         Ok(text) => text,
-        Err(e) => return rpc_error(-32700, format!("Parse error: not UTF-8: {e}")),
+        Err(e) => return rpc_error(-32700, format!("Parse error: not UTF-8: {e}"), None),
     };
     if let Err(e) = serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(text) {
         use serde_json::error::Category;
         return match e.classify() {
             Category::Syntax | Category::Eof | Category::Io => {
-                rpc_error(-32700, format!("Parse error: {e}"))
+                rpc_error(-32700, format!("Parse error: {e}"), None)
             }
+            // Under the request's id when it has one rmcp could answer under, as over
+            // stdio (front round 28 F4).
             Category::Data => {
-                let why = serde_json::from_str::<serde_json::Value>(text)
-                    .ok()
-                    .and_then(|v| stdio::why_unreadable(&v).map(str::to_string))
+                let value = serde_json::from_str::<serde_json::Value>(text).ok();
+                let why = value
+                    .as_ref()
+                    .and_then(|v| stdio::why_unreadable(v).map(str::to_string))
                     .unwrap_or_else(|| format!("not a JSON-RPC message this server reads: {e}"));
-                rpc_error(-32600, format!("Invalid Request: {why}"))
+                let id = value.as_ref().and_then(stdio::answerable);
+                rpc_error(-32600, format!("Invalid Request: {why}"), id)
             }
         };
     }

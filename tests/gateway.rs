@@ -464,3 +464,21 @@ fn the_gateway_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A compressed answer the gateway never asked for is named as such, not as garbage (front
+/// round 28 F3: "expected value at line 1 column 1").
+#[test]
+fn an_unasked_content_encoding_is_named() {
+    let (provider, _) = canned_provider_with(vec![(200, "content-encoding: gzip\r\n", "\u{1f}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, url) = gateway_with(&provider, dir.path(), "max_retries = 0\n");
+    let (status, v) = say_hello(&url);
+    assert_eq!(status, 502, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Content-Encoding: gzip"),
+        "{v}"
+    );
+}

@@ -554,6 +554,16 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
                 -32600,
                 "`method`",
             ),
+            (
+                br#"{"jsonrpc":"1.0","id":6,"method":"ping"}"#,
+                -32600,
+                "jsonrpc",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"seven","method":"tools/call","params":[1]}"#,
+                -32600,
+                "`params`",
+            ),
         ] {
             let r = client
                 .post(&url)
@@ -574,6 +584,16 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
                     .contains(says),
                 "{error}"
             );
+            // Under the request's id when rmcp could answer under it, as over stdio.
+            let sent: Option<Value> = serde_json::from_slice(body).ok();
+            let id = sent
+                .as_ref()
+                .filter(|v| v.get("method").is_some())
+                .and_then(|v| v.get("id"))
+                .filter(|id| id.is_string() || id.is_i64())
+                .cloned()
+                .unwrap_or(Value::Null);
+            assert_eq!(error["id"], id, "{error}");
         }
     });
 }

@@ -324,11 +324,7 @@ impl HttpModel {
         }
         // Redacted before anything is cut from it, so no cut leaves a piece of a secret
         // that the whole-form search would miss.
-        let text = self.redactor.text(
-            &read_bounded(response, 64 * 1024, None)
-                .await
-                .unwrap_or_default(),
-        );
+        let text = self.redactor.text(&read_prefix(response, 64 * 1024).await);
         let error = Budget::default()
             .parse::<Value>(&text)
             .ok()
@@ -662,6 +658,17 @@ impl HttpModel {
                     ModelError::from(format!("cannot write the request body: {e}"))
                 })?);
             let response = self.send(body).await?;
+            // A compressed answer it never asked for is not read as garbage: its encoding is
+            // named (front round 28 F3: "expected value at line 1 column 1").
+            if let Some(encoding) = header(&response, "content-encoding")
+                .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+            {
+                return Err(ModelError::from(format!(
+                    "{} answered with `Content-Encoding: {}`, which the gateway did not ask for and does not read",
+                    self.provider.as_str(),
+                    crate::catalog::compact::cut(&encoding, 40)
+                )));
+            }
             // Read as it is sent, whatever was asked: a server that ignores `stream: true`
             // answers one JSON document, every streaming client's turn failed on it as
             // "no server-sent events" (front round 16 F9).
@@ -809,6 +816,23 @@ async fn read_bounded(
     // Valid UTF-8 (the usual case) becomes the text without a second copy.
     Ok(String::from_utf8(body)
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+/// The first `max` bytes of a body (an error's: past them its start still says what went
+/// wrong; a 20 MB error message left the client "answered 400: " and nothing more, front
+/// round 28 F2), the rest left unread.
+async fn read_prefix(mut response: reqwest::Response, max: usize) -> String {
+    let mut body = Vec::new();
+    while body.len() < max {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = max - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 /// Why a body was not read.

@@ -124,10 +124,17 @@ impl ApiError {
                             || m.code.as_deref() == Some(super::client::ANSWERS_IN_FLIGHT_CODE)
                     })
                     .unwrap_or(StatusCode::BAD_GATEWAY);
-                let fallback = if status.is_client_error() {
-                    "invalid_request_error"
-                } else {
-                    "server_error"
+                // A provider that gave a status and no type (a code alone, in a stream's
+                // error event) gets the type OpenAI gives that status: a 429 typed
+                // `invalid_request_error` contradicted itself (front round 28 F1).
+                let fallback = match status.as_u16() {
+                    401 => "authentication_error",
+                    403 => "permission_error",
+                    404 => "not_found_error",
+                    413 => "request_too_large",
+                    429 => "rate_limit_error",
+                    s if (400..500).contains(&s) => "invalid_request_error",
+                    _ => "server_error",
                 };
                 ApiError(Box::new(Detail {
                     status,

@@ -111,7 +111,7 @@ fn reads(line: &[u8]) -> Reads {
 
 /// The id of a request (it names a method) that rmcp could answer under: a string, or an
 /// integer it holds (an `i64`).
-fn answerable(v: &Value) -> Option<Value> {
+pub(super) fn answerable(v: &Value) -> Option<Value> {
     v.get("method")?;
     let id = v.get("id")?;
     (id.is_string() || id.is_i64()).then(|| id.clone())
