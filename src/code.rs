@@ -194,6 +194,23 @@ impl Bridge for DispatchBridge {
                             message: "openclaw.tools.describe(id) takes a string id".into(),
                         });
                     };
+                    // A known id with small schemas is described in place: bounded work (a
+                    // lookup, a few KiB parsed and written), where the hand-over to the
+                    // blocking pool and back was most of a describe's round trip. Anything
+                    // else (an unknown id's suggestions, megabytes of schema: rounds 32, 35)
+                    // goes to the lane.
+                    if self
+                        .dispatcher
+                        .catalog()
+                        .find(&id)
+                        .is_ok_and(|e| e.schema_bytes() <= INLINE_DESCRIBE_BYTES)
+                    {
+                        let done = self.dispatcher.describe_done(&id, "code");
+                        let d =
+                            self.counts
+                                .record(&self.counts.describes, &self.dispatcher, done)?;
+                        return Ok(answer(&d));
+                    }
                     let (dispatcher, counts) =
                         (Arc::clone(&self.dispatcher), Arc::clone(&self.counts));
                     aside(Lane::Describe, &self.turns, move || {
@@ -230,6 +247,9 @@ impl Bridge for DispatchBridge {
         })
     }
 }
+
+/// The schemas' bytes up to which a describe of a known id runs in the run's loop.
+const INLINE_DESCRIBE_BYTES: usize = 16 * 1024;
 
 /// A search or a describe run through [`offload`], the answer's text made there too.
 async fn aside(

@@ -63,6 +63,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The bytes of its schemas as stored: what a describe of it parses and writes.
+    pub fn schema_bytes(&self) -> usize {
+        self.descriptor.input_schema.as_str().len()
+            + self
+                .descriptor
+                .output_schema
+                .as_ref()
+                .map_or(0, |s| s.as_str().len())
+    }
+
     fn new(descriptor: ToolDescriptor) -> Self {
         let id = descriptor.id();
         let schema = descriptor.input_schema.value();
