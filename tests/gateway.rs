@@ -469,16 +469,22 @@ fn the_gateway_stops_on_sigterm() {
 /// round 28 F3: "expected value at line 1 column 1").
 #[test]
 fn an_unasked_content_encoding_is_named() {
-    let (provider, _) = canned_provider_with(vec![(200, "content-encoding: gzip\r\n", "\u{1f}")]);
+    // A whole answer, and an error's body (its status kept).
+    let (provider, _) = canned_provider_with(vec![
+        (200, "content-encoding: gzip\r\n", "\u{1f}"),
+        (429, "content-encoding: gzip\r\n", "\u{1f}"),
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let (_gw, url) = gateway_with(&provider, dir.path(), "max_retries = 0\n");
-    let (status, v) = say_hello(&url);
-    assert_eq!(status, 502, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("Content-Encoding: gzip"),
-        "{v}"
-    );
+    for expected in [502, 429] {
+        let (status, v) = say_hello(&url);
+        assert_eq!(status, expected, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Content-Encoding: gzip"),
+            "{v}"
+        );
+    }
 }

@@ -525,6 +525,28 @@ fn a_huge_provider_error_keeps_its_start() {
     assert!(text.len() < 4096, "{} bytes", text.len());
 }
 
+/// A provider's JSON error longer than what a message shows keeps its type, code and
+/// `param` (front round 29 F1: past 2,000 characters they were lost, the body cut before it
+/// was parsed).
+#[test]
+fn a_long_provider_error_keeps_its_type_code_and_param() {
+    let (url, _) = scripted_provider(|_, _, _| {
+        Reply::json(
+            400,
+            &json!({"error": {"message": format!("Invalid schema: {}", "x".repeat(5000)), "type": "invalid_request_error", "param": "tools[0].parameters", "code": "invalid_function_parameters"}}),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_with(&url, dir.path(), "max_retries = 0\n");
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "hi"}));
+    assert_eq!(status, 400, "{}", &text[..text.len().min(500)]);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "invalid_function_parameters", "{v}");
+    assert_eq!(v["error"]["param"], "tools[0].parameters", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert!(text.contains("Invalid schema: xxx"), "{v}");
+}
+
 /// The provider's own ending reaches the client: an answer cut at the token limit is
 /// `incomplete` (`max_output_tokens`) on the Responses front, streamed (closing with
 /// `response.incomplete`) and not, and `finish_reason: "length"` on Chat; a refusal is a

@@ -41,6 +41,46 @@ const DESCENDING: &[&str] = &[
 /// Keywords whose values are data, not schemas: a `$ref` string in them is not a reference.
 const DATA: &[&str] = &["const", "enum", "default", "examples", "example"];
 
+/// Keywords whose values map names to schemas: their keys are names, never keywords (a
+/// property named `enum` or `default` is a schema like any other; skipped as data, it hid
+/// 2^40 subschemas from the count: sandbox round 37 F1).
+const NAMED: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+    "dependencies",
+];
+
+/// What a node of the walk is: a schema (its keys are keywords), or a map of names to
+/// schemas.
+#[derive(Clone, Copy, PartialEq)]
+enum Node {
+    Schema,
+    Names,
+}
+
+/// The children of `v`, each with what it is.
+fn children(v: &Value, node: Node) -> Vec<(&str, &Value, Node)> {
+    match v {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(key, _)| node == Node::Names || !DATA.contains(&key.as_str()))
+            .map(|(key, child)| {
+                let kind = if node == Node::Schema && NAMED.contains(&key.as_str()) {
+                    Node::Names
+                } else {
+                    Node::Schema
+                };
+                (key.as_str(), child, kind)
+            })
+            .collect(),
+        Value::Array(items) => items.iter().map(|i| ("", i, Node::Schema)).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The most regular expressions (`pattern`s and `patternProperties` keys) a schema may
 /// hold: each is compiled, within a size bound, at the tool's first call (sandbox round 36
 /// F1: 400 of them took 1.4 s and 388 MB to compile). Real schemas have a few.
@@ -50,23 +90,17 @@ pub const MAX_PATTERNS: usize = 64;
 /// compiles a referenced schema once).
 pub fn patterns(schema: &Value) -> usize {
     let mut count = 0usize;
-    let mut stack = vec![schema];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                for (key, child) in map {
-                    match (key.as_str(), child) {
-                        ("pattern", Value::String(_)) => count += 1,
-                        ("patternProperties", Value::Object(by)) => count += by.len(),
-                        _ => {}
-                    }
-                    if !DATA.contains(&key.as_str()) {
-                        stack.push(child);
-                    }
+    let mut stack = vec![(schema, Node::Schema)];
+    while let Some((v, node)) = stack.pop() {
+        for (key, child, kind) in children(v, node) {
+            if node == Node::Schema {
+                match (key, child) {
+                    ("pattern", Value::String(_)) => count += 1,
+                    ("patternProperties", Value::Object(by)) => count += by.len(),
+                    _ => {}
                 }
             }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
+            stack.push((child, kind));
         }
     }
     count
@@ -95,25 +129,19 @@ impl<'a> Counter<'a> {
     /// only references recurse, at most [`MAX_REFERENCE_CHAIN`] deep.
     fn cost(&mut self, node: &'a Value) -> Result<usize, String> {
         let mut total = 0usize;
-        let mut stack: Vec<(&Value, bool)> = vec![(node, false)];
-        while let Some((v, descended)) = stack.pop() {
+        let mut stack: Vec<(&Value, bool, Node)> = vec![(node, false, Node::Schema)];
+        while let Some((v, descended, kind)) = stack.pop() {
             total = total.saturating_add(1);
-            match v {
-                Value::Object(map) => {
-                    for key in ["$ref", "$dynamicRef", "$recursiveRef"] {
-                        if let Some(Value::String(r)) = map.get(key) {
-                            total = total.saturating_add(self.reference(r, descended)?);
-                        }
-                    }
-                    for (key, child) in map {
-                        if DATA.contains(&key.as_str()) {
-                            continue;
-                        }
-                        stack.push((child, descended || DESCENDING.contains(&key.as_str())));
+            if let (Value::Object(map), Node::Schema) = (v, kind) {
+                for key in ["$ref", "$dynamicRef", "$recursiveRef"] {
+                    if let Some(Value::String(r)) = map.get(key) {
+                        total = total.saturating_add(self.reference(r, descended)?);
                     }
                 }
-                Value::Array(items) => stack.extend(items.iter().map(|i| (i, descended))),
-                _ => {}
+            }
+            for (key, child, child_kind) in children(v, kind) {
+                let descends = kind == Node::Schema && DESCENDING.contains(&key);
+                stack.push((child, descended || descends, child_kind));
             }
             if total > MAX_EXPANDED_NODES {
                 return Err(too_costly());
@@ -215,6 +243,31 @@ fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A schema under a property (or a definition) named like a data keyword is a schema:
+    /// counted, its references followed, its patterns counted (sandbox round 37 F1: under
+    /// `properties/enum` a 2^40 reference bomb loaded and spun a core for ever).
+    #[test]
+    fn a_schema_named_like_a_data_keyword_is_counted() {
+        let bomb = |at: &str| {
+            let base = format!("#/properties/{at}/$defs");
+            let mut defs = serde_json::Map::new();
+            for i in 0..40 {
+                let next = format!("{base}/d{}", i + 1);
+                defs.insert(
+                    format!("d{i}"),
+                    serde_json::json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+                );
+            }
+            defs.insert("d40".into(), serde_json::json!({"type": "string"}));
+            serde_json::json!({"type": "object", "properties": {at: {"$ref": format!("{base}/d0"), "$defs": defs}}})
+        };
+        for key in ["enum", "const", "default", "examples", "example", "plain"] {
+            assert!(expanded_nodes(&bomb(key)).is_err(), "{key}");
+        }
+        let hidden = serde_json::json!({"properties": {"default": {"pattern": "^a$"}, "enum": {"patternProperties": {"^x": {}}}}, "$defs": {"const": {"pattern": "b"}}});
+        assert_eq!(patterns(&hidden), 3);
+    }
 
     #[test]
     fn patterns_are_counted_where_written_and_not_in_data() {

@@ -6,9 +6,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::CompactDescriptor;
 
-/// Result text past this is cut, with a marker saying how much was left out. 64 KiB is
-/// about 16k tokens: more than a model should read from one call.
-pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+pub use crate::executors::MAX_CONTENT_BYTES;
 /// Details past this are replaced by a note of their size.
 pub const MAX_DETAILS_BYTES: usize = 32 * 1024;
 

@@ -353,16 +353,20 @@ impl Dispatcher {
         let catalog = self.catalog();
         let entry = match catalog.find(&request.tool) {
             Ok(e) => e,
-            // Logged before its suggestions are made, which may wait for the describe lane:
-            // a caller that stops waiting meanwhile (its run ended) still has the call in
-            // the log it counted (sandbox round 36 F2: 16 counted, 8 logged).
+            // Logged with its suggestions once they are made, which may wait for the
+            // describe lane, or without them if the caller stops waiting meanwhile (its run
+            // ended): either way the call it counted is in the log (sandbox round 36 F2: 16
+            // counted, 8 logged).
             Err(e) => {
                 let e = with_recovery_hint(e, request.caller);
-                self.log.no_effect(
-                    "call",
-                    json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)}),
-                );
-                return Err(suggested(&catalog, e, request.turns.as_deref()).await);
+                let event = |e: &Error| json!({"requested": logged(&request.tool), "caller": request.caller, "outcome": e.code(), "message": crate::catalog::compact::cut(&e.to_string(), 2 * LOGGED_CHARS)});
+                let mut pending = LoggedOnDrop {
+                    log: &self.log,
+                    event: Some(event(&e)),
+                };
+                let e = suggested(&catalog, e, request.turns.as_deref()).await;
+                pending.event = Some(event(&e));
+                return Err(e);
             }
         };
         let call_id = self.next_call_id(
@@ -388,7 +392,7 @@ impl Dispatcher {
         };
         let (mut args, checked) = self
             .validators
-            .check_aside(entry, given, request.turns.as_deref())
+            .check_aside(&catalog, entry, given, request.turns.as_deref())
             .await;
         if let Err(e) = checked {
             unlogged.armed = false;
@@ -442,7 +446,7 @@ impl Dispatcher {
                     BeforeDecision::Replace(new_args) => {
                         let (new_args, checked) = self
                             .validators
-                            .check_aside(entry, new_args, request.turns.as_deref())
+                            .check_aside(&catalog, entry, new_args, request.turns.as_deref())
                             .await;
                         if let Err(e) = checked {
                             let reason = format!(
@@ -729,6 +733,21 @@ async fn suggested(catalog: &Arc<Catalog>, e: Error, turns: Option<&offload::Tur
             }
         }
         other => other,
+    }
+}
+
+/// A `call` event written when dropped: after the work it waited for, or at once if its
+/// caller stopped waiting.
+struct LoggedOnDrop<'a> {
+    log: &'a SessionLog,
+    event: Option<Value>,
+}
+
+impl Drop for LoggedOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(event) = self.event.take() {
+            self.log.no_effect("call", event);
+        }
     }
 }
 

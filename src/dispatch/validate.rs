@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::offload::{Lane, Turns, offload};
-use crate::catalog::{Entry, Schema};
+use crate::catalog::{Catalog, Entry, Schema};
 use crate::error::{Error, Result};
 
 /// At most this many failures are listed; the rest are counted.
@@ -28,11 +28,26 @@ const MAX_LISTED: usize = 10;
 const PATTERN_BYTES: usize = 1 << 20;
 const PATTERN_CACHE_BYTES: usize = 256 << 10;
 
+/// The backtracking steps one match of a pattern with lookaround or a backreference may
+/// take (fancy-regex's default is a million, ~21 ms a string: 2,000 strings against one
+/// such pattern took 42 s, sandbox round 37 F3). Linear patterns do not backtrack.
+const PATTERN_BACKTRACKS: usize = 50_000;
+
 /// Keyed by tool id, with the schema text the validator was compiled from: a rebuilt
 /// catalog (an MCP server's `tools/list_changed`) may give an id a new schema.
+/// Kept for the tools of the newest catalog only: when a call comes with a catalog other
+/// than the last one seen, the validators of ids it no longer has, or has with another
+/// schema, are dropped (an upstream that renamed its tools at every list grew the cache
+/// 27 MB a run, never freed: sandbox round 37 F2).
 #[derive(Default)]
 pub(super) struct Validators {
-    cache: Mutex<HashMap<String, Arc<Compiled>>>,
+    cache: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    by_id: HashMap<String, Arc<Compiled>>,
+    catalog: std::sync::Weak<Catalog>,
 }
 
 /// One schema's validator, or why it does not compile, made once.
@@ -48,6 +63,7 @@ impl Compiled {
             jsonschema::options()
                 .with_pattern_options(
                     jsonschema::PatternOptions::fancy_regex()
+                        .backtrack_limit(PATTERN_BACKTRACKS)
                         .size_limit(PATTERN_BYTES)
                         .dfa_size_limit(PATTERN_CACHE_BYTES),
                 )
@@ -70,11 +86,12 @@ impl Validators {
     /// caller has them.
     pub(super) async fn check_aside(
         &self,
+        catalog: &Arc<Catalog>,
         entry: &Entry,
         args: Value,
         turns: Option<&Turns>,
     ) -> (Value, Result<()>) {
-        let compiled = self.compiled(entry);
+        let compiled = self.compiled(catalog, entry);
         let id = entry.id.clone();
         let checked = offload(Lane::Check, turns, move || {
             let result = compiled.check(&id, &args);
@@ -93,16 +110,24 @@ impl Validators {
         }
     }
 
-    fn compiled(&self, entry: &Entry) -> Arc<Compiled> {
+    fn compiled(&self, catalog: &Arc<Catalog>, entry: &Entry) -> Arc<Compiled> {
         let mut cache = self.cache.lock();
-        match cache.get(&entry.id) {
+        if !std::ptr::eq(cache.catalog.as_ptr(), Arc::as_ptr(catalog)) {
+            cache.by_id.retain(|id, c| {
+                catalog
+                    .find(id)
+                    .is_ok_and(|e| e.descriptor.input_schema.as_str() == c.schema.as_str())
+            });
+            cache.catalog = Arc::downgrade(catalog);
+        }
+        match cache.by_id.get(&entry.id) {
             Some(c) if c.schema.as_str() == entry.descriptor.input_schema.as_str() => Arc::clone(c),
             _ => {
                 let c = Arc::new(Compiled {
                     schema: entry.descriptor.input_schema.clone(),
                     validator: OnceLock::new(),
                 });
-                cache.insert(entry.id.clone(), Arc::clone(&c));
+                cache.by_id.insert(entry.id.clone(), Arc::clone(&c));
                 c
             }
         }
@@ -147,4 +172,56 @@ pub fn check_declared(name: &str, schema: &Value, args: &Value) -> Result<()> {
         message: e.to_string(),
     })?;
     listed(&validator, name, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{ExecutorSpec, Facts, Source, ToolDescriptor};
+    use crate::config::Config;
+
+    fn catalog(names: &[&str]) -> Arc<Catalog> {
+        let tools = names
+            .iter()
+            .map(|n| {
+                ToolDescriptor::builder(Source::Openclaw, "core", *n)
+                    .description("t")
+                    .input_schema(&serde_json::json!({"type": "object"}))
+                    .executor(ExecutorSpec::Fixture {
+                        text: "ok".into(),
+                        details: None,
+                    })
+                    .origin("test")
+                    .build()
+            })
+            .collect();
+        let config = Config::default();
+        Arc::new(
+            Catalog::build(
+                tools,
+                &Facts {
+                    config: &config,
+                    env: &|_| None,
+                    sources_down: &Default::default(),
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    /// The validators of tools a new catalog no longer has are dropped.
+    #[test]
+    fn validators_are_kept_for_the_newest_catalog_only() {
+        let v = Validators::default();
+        let old = catalog(&["a", "b", "c"]);
+        for id in ["a", "b", "c"] {
+            v.compiled(&old, old.resolve(id).unwrap());
+        }
+        assert_eq!(v.cache.lock().by_id.len(), 3);
+        let new = catalog(&["a", "d"]);
+        v.compiled(&new, new.resolve("d").unwrap());
+        let mut kept: Vec<String> = v.cache.lock().by_id.keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["openclaw:core:a", "openclaw:core:d"]);
+    }
 }

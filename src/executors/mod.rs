@@ -116,12 +116,17 @@ impl Executors {
 }
 
 /// Fills a fixture template. Details default to `{status: "ok", tool, input}`.
+/// Result text past this is cut, with a marker saying how much was left out
+/// (`dispatch::envelope`). 64 KiB is about 16k tokens: more than a model should read from
+/// one call.
+pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+
 /// The template's text with its placeholders filled, expanded only as far as a result
 /// keeps ([`MAX_CONTENT_BYTES`]): each `{input}` copies the caller's arguments, and a
 /// template of 20,000 of them made gigabytes from a call's 60 KB before the result was cut
 /// (sandbox round 36 F3).
 fn fixture(entry: &Entry, args: &Value, text: &str, details: &Option<Value>) -> ToolOutput {
-    let cap = crate::dispatch::envelope::MAX_CONTENT_BYTES + 4;
+    let cap = MAX_CONTENT_BYTES + 4;
     let input = args.to_string();
     let mut out = String::with_capacity(cap.min(text.len() + input.len()));
     let push = |out: &mut String, piece: &str| {
@@ -203,7 +208,7 @@ mod tests {
         let entry = catalog.resolve("tmpl").unwrap();
         let args = json!({"s": "é".repeat(30_000)});
         let out = fixture(entry, &args, &template, &None);
-        let cap = crate::dispatch::envelope::MAX_CONTENT_BYTES;
+        let cap = MAX_CONTENT_BYTES;
         assert!(
             out.text.len() > cap && out.text.len() <= cap + 4,
             "{}",

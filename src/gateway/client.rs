@@ -322,11 +322,16 @@ impl HttpModel {
                 ..ModelError::default()
             };
         }
-        // Redacted before anything is cut from it, so no cut leaves a piece of a secret
-        // that the whole-form search would miss.
-        let text = self.redactor.text(&read_prefix(response, 64 * 1024).await);
+        // Parsed whole, then each field redacted before anything is cut from it, so no cut
+        // leaves a piece of a secret that the whole-form search would miss (redacted first,
+        // the body was cut to the redactor's 2,000 characters and a longer error lost its
+        // type, code and `param`: front round 29 F1).
+        let raw = match self.unasked_encoding(&response) {
+            Some(refused) => serde_json::json!({"error": {"message": refused}}).to_string(),
+            None => read_prefix(response, 64 * 1024).await,
+        };
         let error = Budget::default()
-            .parse::<Value>(&text)
+            .parse::<Value>(&raw)
             .ok()
             .and_then(|v| v.get("error").cloned());
         let field = |key: &str| {
@@ -334,12 +339,13 @@ impl HttpModel {
                 .as_ref()
                 .and_then(|e| e.get(key))
                 .and_then(Value::as_str)
-                .map(str::to_string)
+                .map(|v| self.redactor.text(v))
         };
         let said = match (field("message"), &error) {
             (Some(message), _) => message,
-            (None, Some(Value::String(s))) => s.clone(),
+            (None, Some(Value::String(s))) => self.redactor.text(s),
             _ => {
+                let text = self.redactor.text(&raw);
                 let mut snippet: String = text.chars().take(ERROR_SNIPPET_CHARS).collect();
                 if text.chars().count() > ERROR_SNIPPET_CHARS {
                     snippet.push('…');
@@ -358,6 +364,19 @@ impl HttpModel {
             param: field("param").map(String::into_boxed_str),
             retry_after,
         }
+    }
+
+    /// Why an answer compressed in a way the gateway never asked for is not read, on every
+    /// read of a provider's answer (front rounds 28 F3, 29 F2: read as garbage, "expected
+    /// value at line 1 column 1").
+    fn unasked_encoding(&self, response: &reqwest::Response) -> Option<String> {
+        let encoding = header(response, "content-encoding")
+            .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))?;
+        Some(format!(
+            "{} answered with `Content-Encoding: {}`, which the gateway did not ask for and does not read",
+            self.provider.as_str(),
+            crate::catalog::compact::cut(&encoding, 40)
+        ))
     }
 
     fn garbage(&self, why: impl std::fmt::Display) -> ModelError {
@@ -633,6 +652,9 @@ impl HttpModel {
         if !response.status().is_success() {
             return Err(self.error_of(response, &shown).await);
         }
+        if let Some(refused) = self.unasked_encoding(&response) {
+            return Err(ModelError::from(refused));
+        }
         // Held while it is read and parsed; the list answered is a small copy.
         let mut bytes = self.answers.answer();
         let text = match read_bounded(response, MAX_MODEL_LIST_BYTES, Some(&mut bytes)).await {
@@ -658,16 +680,8 @@ impl HttpModel {
                     ModelError::from(format!("cannot write the request body: {e}"))
                 })?);
             let response = self.send(body).await?;
-            // A compressed answer it never asked for is not read as garbage: its encoding is
-            // named (front round 28 F3: "expected value at line 1 column 1").
-            if let Some(encoding) = header(&response, "content-encoding")
-                .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
-            {
-                return Err(ModelError::from(format!(
-                    "{} answered with `Content-Encoding: {}`, which the gateway did not ask for and does not read",
-                    self.provider.as_str(),
-                    crate::catalog::compact::cut(&encoding, 40)
-                )));
+            if let Some(refused) = self.unasked_encoding(&response) {
+                return Err(ModelError::from(refused));
             }
             // Read as it is sent, whatever was asked: a server that ignores `stream: true`
             // answers one JSON document, every streaming client's turn failed on it as
