@@ -473,10 +473,16 @@ fn an_unasked_content_encoding_is_named() {
     let (provider, _) = canned_provider_with(vec![
         (200, "content-encoding: gzip\r\n", "\u{1f}"),
         (429, "content-encoding: gzip\r\n", "\u{1f}"),
+        // Every header counts, not the first (front round 30 F4).
+        (
+            200,
+            "content-encoding: identity\r\ncontent-encoding: gzip\r\n",
+            "\u{1f}",
+        ),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let (_gw, url) = gateway_with(&provider, dir.path(), "max_retries = 0\n");
-    for expected in [502, 429] {
+    for expected in [502, 429, 502] {
         let (status, v) = say_hello(&url);
         assert_eq!(status, expected, "{v}");
         assert!(

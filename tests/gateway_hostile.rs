@@ -525,6 +525,35 @@ fn a_huge_provider_error_keeps_its_start() {
     assert!(text.len() < 4096, "{} bytes", text.len());
 }
 
+/// A provider's error that is JSON of another shape is shown with its strings unescaped,
+/// so a key spelled in `\u` escapes is redacted (front round 30 F3).
+#[test]
+fn a_key_in_json_escapes_is_redacted() {
+    let escaped: String = KEY
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let (url, _) = scripted_provider(move |_, _, _| {
+        Reply::with_type(
+            401,
+            "application/json",
+            format!(r#"{{"detail": "bad key {escaped}"}}"#),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (_gw, gw) = gateway_env(
+        "tools",
+        &url,
+        dir.path(),
+        "api_key_env = \"TS_HOSTILE_KEY\"\nmax_retries = 0\n",
+        &[("TS_HOSTILE_KEY", KEY)],
+    );
+    let (status, text) = post(&gw, "/v1/responses", &json!({"input": "hi"}));
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("[redacted]"), "{text}");
+    assert!(!text.contains("\\u0073\\u006b"), "{text}");
+}
+
 /// A provider's JSON error longer than what a message shows keeps its type, code and
 /// `param` (front round 29 F1: past 2,000 characters they were lost, the body cut before it
 /// was parsed).

@@ -328,12 +328,10 @@ impl HttpModel {
         // type, code and `param`: front round 29 F1).
         let raw = match self.unasked_encoding(&response) {
             Some(refused) => serde_json::json!({"error": {"message": refused}}).to_string(),
-            None => read_prefix(response, 64 * 1024).await,
+            None => read_prefix(response, MAX_ERROR_BYTES).await,
         };
-        let error = Budget::default()
-            .parse::<Value>(&raw)
-            .ok()
-            .and_then(|v| v.get("error").cloned());
+        let parsed = Budget::default().parse::<Value>(&raw).ok();
+        let error = parsed.as_ref().and_then(|v| v.get("error").cloned());
         let field = |key: &str| {
             error
                 .as_ref()
@@ -344,8 +342,14 @@ impl HttpModel {
         let said = match (field("message"), &error) {
             (Some(message), _) => message,
             (None, Some(Value::String(s))) => self.redactor.text(s),
+            // JSON of another shape is shown as written again, its strings unescaped, so
+            // a key spelled in `\u` escapes is found (front round 30 F3).
             _ => {
-                let text = self.redactor.text(&raw);
+                let text = self.redactor.text(
+                    &parsed
+                        .as_ref()
+                        .map_or_else(|| raw.clone(), Value::to_string),
+                );
                 let mut snippet: String = text.chars().take(ERROR_SNIPPET_CHARS).collect();
                 if text.chars().count() > ERROR_SNIPPET_CHARS {
                     snippet.push('…');
@@ -369,13 +373,38 @@ impl HttpModel {
     /// Why an answer compressed in a way the gateway never asked for is not read, on every
     /// read of a provider's answer (front rounds 28 F3, 29 F2: read as garbage, "expected
     /// value at line 1 column 1").
+    /// Every `Content-Encoding` header counts (an `identity` first hid a `gzip` after it),
+    /// one that is not text too, and a transfer coding other than `chunked` (front round 30
+    /// F4); an empty one is none. The value is shown whole: the message is redacted before
+    /// it is cut (cut first, a base64 key in the header kept 70% of itself: round 30 F2).
     fn unasked_encoding(&self, response: &reqwest::Response) -> Option<String> {
-        let encoding = header(response, "content-encoding")
-            .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))?;
+        let codings = |name: &str, shown: &str, allowed: &[&str]| {
+            response
+                .headers()
+                .get_all(name)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .filter(|v| {
+                    v.split(',').map(str::trim).any(|c| {
+                        !c.is_empty() && !allowed.iter().any(|a| c.eq_ignore_ascii_case(a))
+                    })
+                })
+                .map(|v| format!("{shown}: {v}"))
+                .collect::<Vec<_>>()
+        };
+        let mut unasked = codings("content-encoding", "Content-Encoding", &["identity"]);
+        unasked.extend(codings(
+            "transfer-encoding",
+            "Transfer-Encoding",
+            &["chunked", "identity"],
+        ));
+        if unasked.is_empty() {
+            return None;
+        }
         Some(format!(
-            "{} answered with `Content-Encoding: {}`, which the gateway did not ask for and does not read",
+            "{} answered with `{}`, which the gateway did not ask for and does not read",
             self.provider.as_str(),
-            crate::catalog::compact::cut(&encoding, 40)
+            unasked.join("`, `")
         ))
     }
 
@@ -832,6 +861,10 @@ async fn read_bounded(
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
+/// What is read of a provider's error body: past 64 KiB a JSON error with a long
+/// `details` lost its type, code and `param` (front round 30 F5).
+const MAX_ERROR_BYTES: usize = 1 << 20;
+
 /// The first `max` bytes of a body (an error's: past them its start still says what went
 /// wrong; a 20 MB error message left the client "answered 400: " and nothing more, front
 /// round 28 F2), the rest left unread.
@@ -965,6 +998,14 @@ fn status_of_reported(kind: Option<&str>, code: Option<&str>) -> Option<u16> {
         "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => Some(429),
         _ => None,
     };
+    let status = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        // A code that is itself a client-error status (vLLM's, Google's `429`).
+        match name.parse::<u16>() {
+            Ok(n) if (400..500).contains(&n) => Some(n),
+            _ => status(&name),
+        }
+    };
     code.and_then(status).or_else(|| kind.and_then(status))
 }
 
@@ -1009,6 +1050,25 @@ mod tests {
             r = r.header(*k, *v);
         }
         asked_wait(&reqwest::Response::from(r.body("").unwrap()))
+    }
+
+    #[test]
+    fn a_reported_error_s_status_is_read_from_its_code_or_type() {
+        assert_eq!(
+            status_of_reported(None, Some("rate_limit_exceeded")),
+            Some(429)
+        );
+        assert_eq!(
+            status_of_reported(None, Some("RATE_LIMIT_EXCEEDED")),
+            Some(429)
+        );
+        assert_eq!(status_of_reported(None, Some("429")), Some(429));
+        assert_eq!(status_of_reported(None, Some("503")), None);
+        assert_eq!(
+            status_of_reported(Some("invalid_request_error"), None),
+            Some(400)
+        );
+        assert_eq!(status_of_reported(Some("server_error"), Some("boom")), None);
     }
 
     #[test]

@@ -263,7 +263,12 @@ fn unfinished_response(response: &Map<String, Value>) -> Result<(), ProviderErro
 /// A provider's error object as an error: its message, and its `type` and `code` when it
 /// gave them as text.
 fn reported(error: &Value) -> ProviderError {
-    let field = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_string);
+    let field = |key: &str| match error.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        // vLLM and Google send `code` as a number (`429`).
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
     ProviderError::Upstream {
         message: error_message(error),
         kind: field("type"),
@@ -991,7 +996,11 @@ impl StreamAssembler {
                         .and_then(Value::as_str)
                         .map_or_else(|| Value::Object(obj.clone()).to_string(), String::from),
                     kind: None,
-                    code: obj.get("code").and_then(Value::as_str).map(String::from),
+                    code: match obj.get("code") {
+                        Some(Value::String(s)) => Some(s.clone()),
+                        Some(Value::Number(n)) => Some(n.to_string()),
+                        _ => None,
+                    },
                 },
             }),
             "response.failed" => Err(obj
