@@ -108,12 +108,58 @@ pub fn patterns(schema: &Value) -> usize {
 
 /// The schema's expanded size, or why it is refused.
 pub fn expanded_nodes(schema: &Value) -> Result<usize, String> {
+    one_resource(schema)?;
     let mut counter = Counter {
         root: schema,
         memo: HashMap::new(),
         path: Vec::new(),
     };
     counter.cost(schema)
+}
+
+/// The count reads every `#...` reference against the document's root, and an anchor as
+/// the one place that declares it. A validator reads them against the nearest enclosing
+/// `$id` and its own anchors: a `$id` below the root, or an anchor declared twice, let the
+/// count cost a cheap target while the validator walked a 2^40 one (sandbox round 38 F1).
+/// Such schemas are refused: tool schemas are one resource (a `$id` at the root, and
+/// legacy `"$id": "#name"` anchors, are fine).
+fn one_resource(schema: &Value) -> Result<(), String> {
+    let mut anchors: Vec<&str> = Vec::new();
+    let mut stack = vec![(schema, Node::Schema, true)];
+    while let Some((v, node, root)) = stack.pop() {
+        if let (Value::Object(map), Node::Schema) = (v, node) {
+            for key in ["$id", "id"] {
+                if let Some(Value::String(id)) = map.get(key) {
+                    match id.strip_prefix('#') {
+                        Some(name) if !name.is_empty() => anchors.push(name),
+                        _ if root => {}
+                        _ => {
+                            return Err(format!(
+                                "a `{key}` below the schema's root (`{}`) starts a resource of its own; tool schemas are one resource",
+                                crate::catalog::compact::cut(id, 80)
+                            ));
+                        }
+                    }
+                }
+            }
+            for key in ["$anchor", "$dynamicAnchor"] {
+                if let Some(Value::String(name)) = map.get(key) {
+                    anchors.push(name);
+                }
+            }
+        }
+        for (_, child, kind) in children(v, node) {
+            stack.push((child, kind, false));
+        }
+    }
+    anchors.sort_unstable();
+    if let Some(w) = anchors.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "the anchor `{}` is declared more than once",
+            crate::catalog::compact::cut(w[0], 80)
+        ));
+    }
+    Ok(())
 }
 
 struct Counter<'a> {
@@ -243,6 +289,44 @@ fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `$id` below the root, or an anchor declared twice, is refused: the count could not
+    /// read references as a validator does (sandbox round 38 F1: a 2^40 bomb under an inner
+    /// `$id` loaded while the same at the root was refused).
+    #[test]
+    fn a_second_resource_or_a_repeated_anchor_is_refused() {
+        let bomb = {
+            let mut defs = serde_json::Map::new();
+            for i in 0..40 {
+                let next = format!("#/$defs/d{}", i + 1);
+                defs.insert(
+                    format!("d{i}"),
+                    serde_json::json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+                );
+            }
+            defs.insert("d40".into(), serde_json::json!({"type": "string"}));
+            defs
+        };
+        let cheap: serde_json::Map<String, Value> = (0..41)
+            .map(|i| (format!("d{i}"), serde_json::json!({"type": "string"})))
+            .collect();
+        for id in ["http://example.com/inner", "inner.json"] {
+            let schema = serde_json::json!({"type": "object", "$defs": cheap,
+                "properties": {"x": {"$id": id, "$defs": bomb, "$ref": "#/$defs/d0"}}});
+            let e = expanded_nodes(&schema).unwrap_err();
+            assert!(e.contains("resource"), "{e}");
+        }
+        let twice = serde_json::json!({"$defs": {"a": {"$anchor": "x"}, "b": {"$anchor": "x"}}});
+        assert!(
+            expanded_nodes(&twice)
+                .unwrap_err()
+                .contains("more than once")
+        );
+        // A root `$id`, legacy anchors, and a property named `$id` or `id` are fine.
+        let fine = serde_json::json!({"$id": "https://example.com/tool", "type": "object",
+            "properties": {"$id": {"type": "string"}, "id": {"type": "string", "$id": "#name"}}});
+        assert!(expanded_nodes(&fine).is_ok());
+    }
 
     /// A schema under a property (or a definition) named like a data keyword is a schema:
     /// counted, its references followed, its patterns counted (sandbox round 37 F1: under
