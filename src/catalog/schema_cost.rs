@@ -113,8 +113,9 @@ pub fn expanded_nodes(schema: &Value) -> Result<usize, String> {
         root: schema,
         memo: HashMap::new(),
         path: Vec::new(),
+        returns: HashMap::new(),
     };
-    counter.cost(schema)
+    counter.cost(schema, Vec::new())
 }
 
 /// The count reads every `#...` reference against the document's root, and an anchor as
@@ -162,32 +163,80 @@ fn one_resource(schema: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// One step into the value: an item or a member, by index or name, or any.
+#[derive(Clone, Debug, PartialEq)]
+enum Step {
+    Item(Option<usize>),
+    Member(Option<String>),
+}
+
+impl Step {
+    /// Whether the two can be the same part of one value.
+    fn meets(&self, other: &Step) -> bool {
+        match (self, other) {
+            (Step::Item(a), Step::Item(b)) => a.is_none() || b.is_none() || a == b,
+            (Step::Member(a), Step::Member(b)) => a.is_none() || b.is_none() || a == b,
+            _ => false,
+        }
+    }
+}
+
+/// Where a child keyword's subschema applies, from where its parent's does.
+fn step(parent_key: &str, key: &str, parent: Node) -> Option<Step> {
+    match (parent, parent_key) {
+        (Node::Names, "properties") => Some(Step::Member(Some(key.to_string()))),
+        (Node::Names, "patternProperties") => Some(Step::Member(None)),
+        _ => match key {
+            "items" | "additionalItems" | "contains" | "unevaluatedItems" => Some(Step::Item(None)),
+            "additionalProperties" | "unevaluatedProperties" | "propertyNames" => {
+                Some(Step::Member(None))
+            }
+            _ => None,
+        },
+    }
+}
+
 struct Counter<'a> {
     root: &'a Value,
     memo: HashMap<String, usize>,
     /// The references being expanded, outermost first, each with whether the walk that
-    /// met it had gone into the value since the reference before it.
-    path: Vec<(String, bool)>,
+    /// met it had gone into the value since the reference before it, and where in the
+    /// value it was met.
+    path: Vec<(String, bool, Vec<Step>)>,
+    /// Where in the value each reference being expanded came back to itself, from where
+    /// it was entered (by its place in `path`).
+    returns: HashMap<usize, Vec<Vec<Step>>>,
 }
 
 impl<'a> Counter<'a> {
     /// The nodes of `node`, its references expanded. The walk of one schema is iterative;
     /// only references recurse, at most [`MAX_REFERENCE_CHAIN`] deep.
-    fn cost(&mut self, node: &'a Value) -> Result<usize, String> {
+    fn cost(&mut self, node: &'a Value, at: Vec<Step>) -> Result<usize, String> {
         let mut total = 0usize;
-        let mut stack: Vec<(&Value, bool, Node)> = vec![(node, false, Node::Schema)];
-        while let Some((v, descended, kind)) = stack.pop() {
+        let mut stack: Vec<(&Value, bool, Node, &str, Vec<Step>)> =
+            vec![(node, false, Node::Schema, "", at)];
+        while let Some((v, descended, kind, from, at)) = stack.pop() {
             total = total.saturating_add(1);
             if let (Value::Object(map), Node::Schema) = (v, kind) {
                 for key in ["$ref", "$dynamicRef", "$recursiveRef"] {
                     if let Some(Value::String(r)) = map.get(key) {
-                        total = total.saturating_add(self.reference(r, descended)?);
+                        total = total.saturating_add(self.reference(r, descended, &at)?);
                     }
                 }
             }
-            for (key, child, child_kind) in children(v, kind) {
+            for (i, (key, child, child_kind)) in children(v, kind).into_iter().enumerate() {
                 let descends = kind == Node::Schema && DESCENDING.contains(&key);
-                stack.push((child, descended || descends, child_kind));
+                let mut child_at = at.clone();
+                child_at.extend(step(from, key, kind));
+                // An `items` array (draft 4) or `prefixItems` applies each to its own item.
+                if let (Value::Array(_), "items" | "prefixItems") = (v, from) {
+                    if let Some(Step::Item(None)) = child_at.last() {
+                        child_at.pop();
+                    }
+                    child_at.push(Step::Item(Some(i)));
+                }
+                let from = if v.is_array() { from } else { key };
+                stack.push((child, descended || descends, child_kind, from, child_at));
             }
             if total > MAX_EXPANDED_NODES {
                 return Err(too_costly());
@@ -196,14 +245,30 @@ impl<'a> Counter<'a> {
         Ok(total)
     }
 
-    fn reference(&mut self, r: &str, descended: bool) -> Result<usize, String> {
-        if let Some(at) = self.path.iter().position(|(p, _)| p == r) {
-            let goes_in = descended || self.path[at + 1..].iter().any(|(_, d)| *d);
+    fn reference(&mut self, r: &str, descended: bool, here: &[Step]) -> Result<usize, String> {
+        if let Some(at) = self.path.iter().position(|(p, _, _)| p == r) {
+            let goes_in = descended || self.path[at + 1..].iter().any(|(_, d, _)| *d);
             if !goes_in {
                 return Err(format!(
                     "the reference `{r}` comes back to itself without going into the value: validating against it never ends"
                 ));
             }
+            // Where it comes back, from where it was entered. Two returns that can meet
+            // the same part of the value apply it there twice, at every level: validating
+            // costs 2^depth of the arguments (sandbox round 38 F2: `allOf` of four `items`
+            // of itself, 4^depth, hours for 20 levels). Returns through different members
+            // (`left`, `right`) or to items and members apart are a tree's, linear.
+            let entered = &self.path[at].2;
+            let back: Vec<Step> = here.get(entered.len()..).unwrap_or_default().to_vec();
+            let seen = self.returns.entry(at).or_default();
+            if seen.iter().any(|other| {
+                other.len() == back.len() && other.iter().zip(&back).all(|(a, b)| a.meets(b))
+            }) {
+                return Err(format!(
+                    "the reference `{r}` applies itself more than once to the same part of the value: validating against it costs that many to the power of the value's depth"
+                ));
+            }
+            seen.push(back);
             return Ok(1);
         }
         if let Some(&known) = self.memo.get(r) {
@@ -215,9 +280,10 @@ impl<'a> Counter<'a> {
             ));
         }
         let target = resolve(self.root, r)?;
-        self.path.push((r.to_string(), descended));
-        let cost = self.cost(target);
+        self.path.push((r.to_string(), descended, here.to_vec()));
+        let cost = self.cost(target, here.to_vec());
         self.path.pop();
+        self.returns.remove(&self.path.len());
         let cost = cost?;
         self.memo.insert(r.to_string(), cost);
         Ok(cost)
@@ -289,6 +355,44 @@ fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A recursive reference that applies itself twice to the same part of the value is
+    /// refused (4^depth: sandbox round 38 F2); a tree's recursion, through different
+    /// members or items and members apart, is not.
+    #[test]
+    fn a_recursion_that_branches_on_the_same_value_is_refused() {
+        use serde_json::json;
+        let branching = json!({"$defs": {"n": {"allOf": [
+            {"items": {"$ref": "#/$defs/n"}}, {"items": {"$ref": "#/$defs/n"}},
+            {"items": {"$ref": "#/$defs/n"}}, {"items": {"$ref": "#/$defs/n"}}]}},
+            "properties": {"x": {"$ref": "#/$defs/n"}}});
+        assert!(
+            expanded_nodes(&branching)
+                .unwrap_err()
+                .contains("more than once")
+        );
+        let same_member = json!({"$defs": {"n": {"anyOf": [
+            {"properties": {"a": {"$ref": "#/$defs/n"}}},
+            {"additionalProperties": {"$ref": "#/$defs/n"}}]}},
+            "$ref": "#/$defs/n"});
+        assert!(expanded_nodes(&same_member).is_err());
+        for fine in [
+            // Any JSON value.
+            json!({"$defs": {"v": {"anyOf": [{"type": "string"},
+                {"type": "array", "items": {"$ref": "#/$defs/v"}},
+                {"type": "object", "additionalProperties": {"$ref": "#/$defs/v"}}]}},
+                "$ref": "#/$defs/v"}),
+            // A binary tree, a list, a tree of children, tuples.
+            json!({"$defs": {"t": {"properties": {"left": {"$ref": "#/$defs/t"}, "right": {"$ref": "#/$defs/t"}}}},
+                "$ref": "#/$defs/t"}),
+            json!({"$defs": {"l": {"properties": {"next": {"$ref": "#/$defs/l"}}}}, "$ref": "#/$defs/l"}),
+            json!({"$defs": {"c": {"properties": {"children": {"items": {"$ref": "#/$defs/c"}}}}}, "$ref": "#/$defs/c"}),
+            json!({"$defs": {"p": {"prefixItems": [{"$ref": "#/$defs/p"}, {"$ref": "#/$defs/p"}]}}, "$ref": "#/$defs/p"}),
+            json!({"properties": {"self": {"$ref": "#"}, "other": {"$ref": "#"}}}),
+        ] {
+            assert!(expanded_nodes(&fine).is_ok(), "{fine}");
+        }
+    }
 
     /// A `$id` below the root, or an anchor declared twice, is refused: the count could not
     /// read references as a validator does (sandbox round 38 F1: a 2^40 bomb under an inner
