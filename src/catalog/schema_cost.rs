@@ -114,6 +114,7 @@ pub fn expanded_nodes(schema: &Value) -> Result<usize, String> {
         memo: HashMap::new(),
         path: Vec::new(),
         returns: HashMap::new(),
+        recursive: std::collections::HashSet::new(),
     };
     counter.cost(schema, Vec::new())
 }
@@ -198,11 +199,17 @@ fn step(parent_key: &str, key: &str, parent: Node) -> Option<Step> {
 
 struct Counter<'a> {
     root: &'a Value,
-    memo: HashMap<String, usize>,
-    /// The references being expanded, outermost first, each with whether the walk that
-    /// met it had gone into the value since the reference before it, and where in the
-    /// value it was met.
-    path: Vec<(String, bool, Vec<Step>)>,
+    /// By target (its address in the document: two spellings of one reference, `$defs`
+    /// and `%24defs`, are one target; sandbox round 39 F3).
+    memo: HashMap<*const Value, usize>,
+    /// The references being expanded, outermost first, by target, each with whether the
+    /// walk that met it had gone into the value since the reference before it, and where
+    /// in the value it was met.
+    path: Vec<(*const Value, bool, Vec<Step>)>,
+    /// Targets whose cost was counted while a reference they lead back to was still being
+    /// expanded: their count holds returns checked in that expansion only, so it is not
+    /// reused (round 39 F1: a memo hit skipped the check of a second return).
+    recursive: std::collections::HashSet<*const Value>,
     /// Where in the value each reference being expanded came back to itself, from where
     /// it was entered (by its place in `path`).
     returns: HashMap<usize, Vec<Vec<Step>>>,
@@ -246,32 +253,42 @@ impl<'a> Counter<'a> {
     }
 
     fn reference(&mut self, r: &str, descended: bool, here: &[Step]) -> Result<usize, String> {
-        if let Some(at) = self.path.iter().position(|(p, _, _)| p == r) {
+        let target: *const Value = resolve(self.root, r)?;
+        if let Some(at) = self.path.iter().position(|(p, _, _)| *p == target) {
             let goes_in = descended || self.path[at + 1..].iter().any(|(_, d, _)| *d);
             if !goes_in {
                 return Err(format!(
                     "the reference `{r}` comes back to itself without going into the value: validating against it never ends"
                 ));
             }
-            // Where it comes back, from where it was entered. Two returns that can meet
-            // the same part of the value apply it there twice, at every level: validating
-            // costs 2^depth of the arguments (sandbox round 38 F2: `allOf` of four `items`
-            // of itself, 4^depth, hours for 20 levels). Returns through different members
-            // (`left`, `right`) or to items and members apart are a tree's, linear.
+            // Where it comes back, from where it was entered. Two returns whose first
+            // steps can meet the same part of the value apply it there more than once, at
+            // every level: validating costs a power of the value's depth (sandbox round 38
+            // F2: `allOf` of four `items` of itself, 4^depth; round 39 F4: returns to the
+            // child and the grandchild, 1.6^depth). Returns through different members
+            // (`left`, `right`), or to items and members apart, are a tree's, linear.
             let entered = &self.path[at].2;
             let back: Vec<Step> = here.get(entered.len()..).unwrap_or_default().to_vec();
+            // Every expansion inside this cycle is counted for this entry only.
+            for (p, _, _) in &self.path[at..] {
+                self.recursive.insert(*p);
+            }
             let seen = self.returns.entry(at).or_default();
-            if seen.iter().any(|other| {
-                other.len() == back.len() && other.iter().zip(&back).all(|(a, b)| a.meets(b))
-            }) {
+            if seen
+                .iter()
+                .any(|other| match (other.first(), back.first()) {
+                    (Some(a), Some(b)) => a.meets(b),
+                    _ => true,
+                })
+            {
                 return Err(format!(
-                    "the reference `{r}` applies itself more than once to the same part of the value: validating against it costs that many to the power of the value's depth"
+                    "the reference `{r}` applies itself more than once to the same part of the value: validating against it costs a power of the value's depth"
                 ));
             }
             seen.push(back);
             return Ok(1);
         }
-        if let Some(&known) = self.memo.get(r) {
+        if let Some(&known) = self.memo.get(&target) {
             return Ok(known);
         }
         if self.path.len() >= MAX_REFERENCE_CHAIN {
@@ -279,13 +296,15 @@ impl<'a> Counter<'a> {
                 "references chain more than {MAX_REFERENCE_CHAIN} deep"
             ));
         }
-        let target = resolve(self.root, r)?;
-        self.path.push((r.to_string(), descended, here.to_vec()));
-        let cost = self.cost(target, here.to_vec());
+        let node = resolve(self.root, r)?;
+        self.path.push((target, descended, here.to_vec()));
+        let cost = self.cost(node, here.to_vec());
         self.path.pop();
         self.returns.remove(&self.path.len());
         let cost = cost?;
-        self.memo.insert(r.to_string(), cost);
+        if !self.recursive.contains(&target) {
+            self.memo.insert(target, cost);
+        }
         Ok(cost)
     }
 }
@@ -332,22 +351,21 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The schema that declares anchor `name`, looked for only where schemas are, as a
+/// validator indexes them (an `$anchor` inside `examples` data was found first, a cheap
+/// decoy for the count while the validator went to the real one: sandbox round 39 F2).
 fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
     let legacy = format!("#{name}");
-    let mut stack = vec![root];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                if map.get("$anchor").and_then(Value::as_str) == Some(name)
-                    || map.get("$id").and_then(Value::as_str) == Some(legacy.as_str())
-                {
-                    return Some(v);
-                }
-                stack.extend(map.values());
-            }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
+    let mut stack = vec![(root, Node::Schema)];
+    while let Some((v, node)) = stack.pop() {
+        if let (Value::Object(map), Node::Schema) = (v, node)
+            && (map.get("$anchor").and_then(Value::as_str) == Some(name)
+                || map.get("$dynamicAnchor").and_then(Value::as_str) == Some(name)
+                || map.get("$id").and_then(Value::as_str) == Some(legacy.as_str()))
+        {
+            return Some(v);
         }
+        stack.extend(children(v, node).into_iter().map(|(_, c, k)| (c, k)));
     }
     None
 }
@@ -376,6 +394,36 @@ mod tests {
             {"additionalProperties": {"$ref": "#/$defs/n"}}]}},
             "$ref": "#/$defs/n"});
         assert!(expanded_nodes(&same_member).is_err());
+        // Round 39: through one more reference (a memo hit skipped the check), by another
+        // spelling of the same reference, and returns at different depths.
+        let through = json!({"$defs": {"n": {"allOf": [
+            {"items": {"$ref": "#/$defs/m"}}, {"items": {"$ref": "#/$defs/m"}}]},
+            "m": {"$ref": "#/$defs/n"}}, "properties": {"x": {"$ref": "#/$defs/n"}}});
+        let spelled = json!({"$defs": {"n": {"allOf": [
+            {"items": {"$ref": "#/$defs/n"}}, {"items": {"$ref": "#/%24defs/n"}}]}},
+            "properties": {"x": {"$ref": "#/$defs/n"}}});
+        let depths = json!({"$defs": {"n": {"allOf": [
+            {"items": {"$ref": "#/$defs/n"}}, {"items": {"items": {"$ref": "#/$defs/n"}}}]}},
+            "properties": {"x": {"$ref": "#/$defs/n"}}});
+        for schema in [through, spelled, depths] {
+            assert!(expanded_nodes(&schema).is_err(), "{schema}");
+        }
+        // Anchors in data are not anchors: the decoy does not stand for the real chain.
+        let mut defs = serde_json::Map::new();
+        for i in 0..40 {
+            let next = format!("#a{}", i + 1);
+            defs.insert(
+                format!("d{i}"),
+                json!({"$anchor": format!("a{i}"), "allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert("d40".into(), json!({"$anchor": "a40", "type": "string"}));
+        let decoys: Vec<Value> = (0..41)
+            .map(|i| json!({"$anchor": format!("a{i}")}))
+            .collect();
+        let decoyed =
+            json!({"$defs": defs, "properties": {"x": {"$ref": "#a0"}}, "examples": decoys});
+        assert!(expanded_nodes(&decoyed).is_err());
         for fine in [
             // Any JSON value.
             json!({"$defs": {"v": {"anyOf": [{"type": "string"},

@@ -648,12 +648,15 @@ impl HttpModel {
                     .into_iter()
                     .flatten()
                     .filter_map(|m| {
+                        // The list's texts go through the redactor like an error's: an
+                        // upstream that lists the key as a model id (front round 31).
                         let id = m.get("id").and_then(Value::as_str)?;
+                        let owned_by = m.get("owned_by").and_then(Value::as_str).unwrap_or(owner);
                         Some(json!({
-                            "id": id,
+                            "id": self.redactor.text(id),
                             "object": "model",
                             "created": m.get("created").and_then(Value::as_u64).unwrap_or(0),
-                            "owned_by": m.get("owned_by").and_then(Value::as_str).unwrap_or(owner),
+                            "owned_by": self.redactor.text(owned_by),
                         }))
                     }),
             );
