@@ -153,11 +153,7 @@ fn main() {
     let catalog = Arc::new(
         Catalog::build(
             toolsearch::catalog::embedded::demo_descriptors().expect("demo"),
-            &Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
+            &Facts::bare(&config),
         )
         .expect("catalog"),
     );

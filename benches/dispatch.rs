@@ -60,11 +60,7 @@ fn main() {
         let catalog = Arc::new(
             Catalog::build(
                 toolsearch::catalog::embedded::demo_descriptors().expect("demo"),
-                &Facts {
-                    config: &config,
-                    env: &|_| None,
-                    sources_down: &Default::default(),
-                },
+                &Facts::bare(&config),
             )
             .expect("catalog"),
         );
@@ -120,17 +116,7 @@ fn main() {
             "10,000 tools of 128-character names",
         ),
     ] {
-        let catalog = Arc::new(
-            Catalog::build(
-                tools,
-                &Facts {
-                    config: &config,
-                    env: &|_| None,
-                    sources_down: &Default::default(),
-                },
-            )
-            .expect("catalog"),
-        );
+        let catalog = Arc::new(Catalog::build(tools, &Facts::bare(&config)).expect("catalog"));
         let d = DispatcherBuilder::new(catalog).build();
         for (label, id) in [
             (

@@ -13,15 +13,7 @@ use toolsearch::surface::{self, Options};
 
 fn catalog(tools: Vec<toolsearch::ToolDescriptor>) -> Catalog {
     let config = Config::default();
-    Catalog::build(
-        tools,
-        &Facts {
-            config: &config,
-            env: &|_| None,
-            sources_down: &Default::default(),
-        },
-    )
-    .expect("catalog")
+    Catalog::build(tools, &Facts::bare(&config)).expect("catalog")
 }
 
 fn options(mode: Mode) -> Options<'static> {

@@ -448,11 +448,7 @@ mod tests {
         let config = Config::default();
         let catalog = crate::Catalog::build(
             crate::catalog::embedded::demo_descriptors().unwrap(),
-            &Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
+            &Facts::bare(&config),
         )
         .unwrap();
         let log = Arc::new(SessionLog::open(dir.path(), "k").unwrap());

@@ -9,15 +9,7 @@ use toolsearch::texts;
 
 fn demo() -> Catalog {
     let config = Config::default();
-    Catalog::build(
-        embedded::demo_descriptors().unwrap(),
-        &Facts {
-            config: &config,
-            env: &|_| None,
-            sources_down: &Default::default(),
-        },
-    )
-    .unwrap()
+    Catalog::build(embedded::demo_descriptors().unwrap(), &Facts::bare(&config)).unwrap()
 }
 
 fn options(mode: Mode) -> Options<'static> {

@@ -179,17 +179,7 @@ fn agent_made(
         tool("slow", ExecutorSpec::Client, ExecutionMode::Parallel),
         tool("serial", ExecutorSpec::Client, ExecutionMode::Sequential),
     ];
-    let catalog = Arc::new(
-        crate::Catalog::build(
-            tools,
-            &Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .unwrap(),
-    );
+    let catalog = Arc::new(crate::Catalog::build(tools, &Facts::bare(&config)).unwrap());
     let gauge = Arc::new(Gauge::default());
     let dispatcher = Arc::new(
         DispatcherBuilder::new(Arc::clone(&catalog))

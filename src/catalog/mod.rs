@@ -629,15 +629,7 @@ mod tests {
 
     fn demo() -> Catalog {
         let config = Config::default();
-        Catalog::build(
-            embedded::demo_descriptors().unwrap(),
-            &Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .unwrap()
+        Catalog::build(embedded::demo_descriptors().unwrap(), &Facts::bare(&config)).unwrap()
     }
 
     #[test]

@@ -84,7 +84,21 @@ pub struct Facts<'a> {
     pub sources_down: &'a BTreeMap<String, String>,
 }
 
-impl Facts<'_> {
+impl<'a> Facts<'a> {
+    /// `config` with no environment and every source up: what tests and benchmarks build
+    /// catalogs from.
+    pub fn bare(config: &'a Config) -> Self {
+        fn no_env(_: &str) -> Option<String> {
+            None
+        }
+        static NONE_DOWN: BTreeMap<String, String> = BTreeMap::new();
+        Facts {
+            config,
+            env: &no_env,
+            sources_down: &NONE_DOWN,
+        }
+    }
+
     /// The process environment.
     pub fn process_env(name: &str) -> Option<String> {
         std::env::var(name).ok()

@@ -479,15 +479,7 @@ mod tests {
     use crate::search::LENGTHS_FILE as LENGTHS;
 
     fn demo(config: &Config) -> Catalog {
-        Catalog::build(
-            embedded::demo_descriptors().unwrap(),
-            &Facts {
-                config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .unwrap()
+        Catalog::build(embedded::demo_descriptors().unwrap(), &Facts::bare(config)).unwrap()
     }
 
     fn ids(hits: &[crate::CompactDescriptor]) -> Vec<&str> {

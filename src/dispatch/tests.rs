@@ -65,17 +65,7 @@ fn catalog(config: &Config) -> Arc<Catalog> {
             ExecutorSpec::Client,
         ),
     ];
-    Arc::new(
-        Catalog::build(
-            tools,
-            &Facts {
-                config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .unwrap(),
-    )
+    Arc::new(Catalog::build(tools, &Facts::bare(config)).unwrap())
 }
 
 fn dispatcher(

@@ -196,17 +196,7 @@ mod tests {
             })
             .collect();
         let config = Config::default();
-        Arc::new(
-            Catalog::build(
-                tools,
-                &Facts {
-                    config: &config,
-                    env: &|_| None,
-                    sources_down: &Default::default(),
-                },
-            )
-            .unwrap(),
-        )
+        Arc::new(Catalog::build(tools, &Facts::bare(&config)).unwrap())
     }
 
     /// The validators of tools a new catalog no longer has are dropped.

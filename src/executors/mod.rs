@@ -196,15 +196,7 @@ mod tests {
             .origin("test")
             .build();
         let config = Config::default();
-        let catalog = crate::Catalog::build(
-            vec![tool],
-            &Facts {
-                config: &config,
-                env: &|_| None,
-                sources_down: &Default::default(),
-            },
-        )
-        .unwrap();
+        let catalog = crate::Catalog::build(vec![tool], &Facts::bare(&config)).unwrap();
         let entry = catalog.resolve("tmpl").unwrap();
         let args = json!({"s": "é".repeat(30_000)});
         let out = fixture(entry, &args, &template, &None);

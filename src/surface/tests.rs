@@ -6,15 +6,7 @@ use crate::config::Config;
 
 fn catalog_with(config_text: &str, tools: Vec<crate::ToolDescriptor>) -> Catalog {
     let config = Config::from_toml_str(config_text, Path::new("t.toml")).unwrap();
-    Catalog::build(
-        tools,
-        &Facts {
-            config: &config,
-            env: &|_| None,
-            sources_down: &Default::default(),
-        },
-    )
-    .unwrap()
+    Catalog::build(tools, &Facts::bare(&config)).unwrap()
 }
 
 fn demo(config_text: &str) -> Catalog {
