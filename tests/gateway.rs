@@ -261,34 +261,26 @@ fn a_rate_limit_stays_429_with_retry_after_streamed_or_not_and_from_anthropic() 
         dir.path(),
         "max_retries = 0\nkind = \"anthropic\"\n",
     );
-    runtime().block_on(async {
-        let http = reqwest::Client::new();
-        for stream in [false, true] {
-            let r = http
-                .post(format!("{url}/v1/responses"))
-                .json(&json!({"input": "hello", "stream": stream}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 429, "stream {stream}");
-            assert_eq!(r.headers()["retry-after"], "7", "stream {stream}");
-            assert!(
-                r.headers()["content-type"]
-                    .to_str()
-                    .unwrap()
-                    .starts_with("application/json"),
-                "stream {stream}: an error before any text is not a stream"
-            );
-            let v: Value = r.json().await.unwrap();
-            assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
-            assert!(
-                v["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("slow down")
-            );
-        }
-    });
+    for stream in [false, true] {
+        let (status, headers, body) = hello(&url, stream);
+        assert_eq!(status, 429, "stream {stream}");
+        assert_eq!(headers["retry-after"], "7", "stream {stream}");
+        assert!(
+            headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "stream {stream}: an error before any text is not a stream"
+        );
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("slow down")
+        );
+    }
 }
 
 /// A provider that asks for a longer wait than the gateway gives one (5 s) is not asked
@@ -310,29 +302,17 @@ fn a_provider_that_asks_for_a_long_wait_is_answered_to_the_client_at_once() {
         let (provider, asked) = canned_provider_with(vec![(429, asks, limited); 8]);
         let dir = tempfile::tempdir().unwrap();
         let (_gw, url) = gateway_with(&provider, dir.path(), "");
-        runtime().block_on(async {
-            let http = reqwest::Client::new();
-            for stream in [false, true] {
-                let started = Instant::now();
-                let r = http
-                    .post(format!("{url}/v1/responses"))
-                    .json(&json!({"input": "hello", "stream": stream}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 429, "{asks} stream {stream}");
-                assert_eq!(
-                    r.headers()["retry-after"],
-                    seconds,
-                    "{asks} stream {stream}"
-                );
-                assert_eq!(r.headers()["retry-after-ms"], ms, "{asks} stream {stream}");
-                assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "{asks} stream {stream}"
-                );
-            }
-        });
+        for stream in [false, true] {
+            let started = Instant::now();
+            let (status, headers, _) = hello(&url, stream);
+            assert_eq!(status, 429, "{asks} stream {stream}");
+            assert_eq!(headers["retry-after"], seconds, "{asks} stream {stream}");
+            assert_eq!(headers["retry-after-ms"], ms, "{asks} stream {stream}");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{asks} stream {stream}"
+            );
+        }
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2, "{asks}");
     }
 }
@@ -360,20 +340,25 @@ fn a_fractional_retry_after_is_waited_before_the_retry() {
 
 /// A streamed `hello` to the gateway at `url`: its status, `Retry-After` and body.
 fn streamed_hello(url: &str) -> (u16, Option<String>, String) {
+    let (status, headers, body) = hello(url, true);
+    let retry_after = headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (status, retry_after, body)
+}
+
+/// A `hello` to the gateway at `url`, streamed or not: its status, headers and body.
+fn hello(url: &str, stream: bool) -> (u16, reqwest::header::HeaderMap, String) {
     runtime().block_on(async {
         let r = reqwest::Client::new()
             .post(format!("{url}/v1/responses"))
-            .json(&json!({"input": "hello", "stream": true}))
+            .json(&json!({"input": "hello", "stream": stream}))
             .send()
             .await
             .unwrap();
-        let status = r.status().as_u16();
-        let retry_after = r
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        (status, retry_after, r.text().await.unwrap())
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, headers, r.text().await.unwrap())
     })
 }
 
