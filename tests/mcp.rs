@@ -1044,17 +1044,16 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
     });
 }
 
-/// A call keeps its place for as long as it runs, not as long as its HTTP exchange: a
-/// client that sends calls and hangs up at once gets 32 running, and the next is `busy`
-/// at once, for everyone, until they end (without the bound one client started 300 tool
-/// processes, or queued ~1,000 code runs).
-#[test]
-fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
+/// `mcp serve --listen` in tools mode on a catalog of one tool, `nap`, that sleeps
+/// `seconds`: its folder, its guard and its URL.
+fn nap_server(seconds: u32) -> (tempfile::TempDir, Guard, String) {
     let dir = tempfile::tempdir().unwrap();
     let catalog = dir.path().join("nap.json");
     std::fs::write(
         &catalog,
-        r#"{"tools": [{"name": "nap", "description": "sleeps", "executor": {"kind": "command", "command": ["/bin/sleep", "6"], "timeout_ms": 20000}}]}"#,
+        format!(
+            r#"{{"tools": [{{"name": "nap", "description": "sleeps", "executor": {{"kind": "command", "command": ["/bin/sleep", "{seconds}"], "timeout_ms": 20000}}}}]}}"#
+        ),
     )
     .unwrap();
     let config = dir.path().join("toolsearch.toml");
@@ -1066,7 +1065,17 @@ fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
         ),
     )
     .unwrap();
-    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let (serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    (dir, serve, url)
+}
+
+/// A call keeps its place for as long as it runs, not as long as its HTTP exchange: a
+/// client that sends calls and hangs up at once gets 32 running, and the next is `busy`
+/// at once, for everyone, until they end (without the bound one client started 300 tool
+/// processes, or queued ~1,000 code runs).
+#[test]
+fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
+    let (_dir, _serve, url) = nap_server(6);
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let call = |id: u64, tool: &str| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -1123,23 +1132,7 @@ fn mcp_serve_bounds_the_calls_it_runs_even_when_their_clients_hang_up() {
 /// F3).
 #[test]
 fn calls_past_the_bound_over_http_are_busy_results_not_refusals() {
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = dir.path().join("nap.json");
-    std::fs::write(
-        &catalog,
-        r#"{"tools": [{"name": "nap", "description": "sleeps", "executor": {"kind": "command", "command": ["/bin/sleep", "4"], "timeout_ms": 20000}}]}"#,
-    )
-    .unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[catalog]\npaths = [{:?}]\n\n[tools.toolSearch]\nmode = \"tools\"\n",
-            catalog.display().to_string()
-        ),
-    )
-    .unwrap();
-    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    let (_dir, _serve, url) = nap_server(4);
     block_on(async {
         let client = reqwest::Client::new();
         let (status, session) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
