@@ -374,6 +374,21 @@ fn find_anchor<'v>(root: &'v Value, name: &str) -> Option<&'v Value> {
 mod tests {
     use super::*;
 
+    /// Definitions `d0 = allOf[d1, d1]`, ... `d{levels} = {type: string}`, referring to
+    /// each other under `base`: 2^levels subschemas.
+    fn doubling_defs(base: &str, levels: usize) -> serde_json::Map<String, Value> {
+        let mut defs = serde_json::Map::new();
+        for i in 0..levels {
+            let next = format!("{base}/d{}", i + 1);
+            defs.insert(
+                format!("d{i}"),
+                serde_json::json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert(format!("d{levels}"), serde_json::json!({"type": "string"}));
+        defs
+    }
+
     /// A recursive reference that applies itself twice to the same part of the value is
     /// refused (4^depth: sandbox round 38 F2); a tree's recursion, through different
     /// members or items and members apart, is not.
@@ -447,18 +462,7 @@ mod tests {
     /// `$id` loaded while the same at the root was refused).
     #[test]
     fn a_second_resource_or_a_repeated_anchor_is_refused() {
-        let bomb = {
-            let mut defs = serde_json::Map::new();
-            for i in 0..40 {
-                let next = format!("#/$defs/d{}", i + 1);
-                defs.insert(
-                    format!("d{i}"),
-                    serde_json::json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
-                );
-            }
-            defs.insert("d40".into(), serde_json::json!({"type": "string"}));
-            defs
-        };
+        let bomb = doubling_defs("#/$defs", 40);
         let cheap: serde_json::Map<String, Value> = (0..41)
             .map(|i| (format!("d{i}"), serde_json::json!({"type": "string"})))
             .collect();
@@ -487,15 +491,7 @@ mod tests {
     fn a_schema_named_like_a_data_keyword_is_counted() {
         let bomb = |at: &str| {
             let base = format!("#/properties/{at}/$defs");
-            let mut defs = serde_json::Map::new();
-            for i in 0..40 {
-                let next = format!("{base}/d{}", i + 1);
-                defs.insert(
-                    format!("d{i}"),
-                    serde_json::json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
-                );
-            }
-            defs.insert("d40".into(), serde_json::json!({"type": "string"}));
+            let defs = doubling_defs(&base, 40);
             serde_json::json!({"type": "object", "properties": {at: {"$ref": format!("{base}/d0"), "$defs": defs}}})
         };
         for key in ["enum", "const", "default", "examples", "example", "plain"] {
@@ -521,17 +517,9 @@ mod tests {
     }
     use serde_json::json;
 
-    /// `d0 = allOf[d1, d1]`, ... `d{n-1} = {type: string}`.
+    /// A schema whose `x` is [`doubling_defs`]'s `d0`.
     fn doubling(levels: usize) -> Value {
-        let mut defs = serde_json::Map::new();
-        for i in 0..levels {
-            let next = format!("#/$defs/d{}", i + 1);
-            defs.insert(
-                format!("d{i}"),
-                json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
-            );
-        }
-        defs.insert(format!("d{levels}"), json!({"type": "string"}));
+        let defs = doubling_defs("#/$defs", levels);
         json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
     }
 

@@ -992,21 +992,17 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 /// by status. Server-side errors and types not known here stay without one (the gateway's
 /// 502).
 fn status_of_reported(kind: Option<&str>, code: Option<&str>) -> Option<u16> {
-    let status = |name: &str| match name {
-        "invalid_request_error" | "invalid_prompt" => Some(400),
-        "authentication_error" | "invalid_api_key" => Some(401),
-        "permission_error" | "permission_denied" => Some(403),
-        "not_found_error" => Some(404),
-        "request_too_large" => Some(413),
-        "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => Some(429),
-        _ => None,
-    };
     let status = |name: &str| {
         let name = name.to_ascii_lowercase();
-        // A code that is itself a client-error status (vLLM's, Google's `429`).
-        match name.parse::<u16>() {
-            Ok(n) if (400..500).contains(&n) => Some(n),
-            _ => status(&name),
+        match name.as_str() {
+            "invalid_request_error" | "invalid_prompt" => Some(400),
+            "authentication_error" | "invalid_api_key" => Some(401),
+            "permission_error" | "permission_denied" => Some(403),
+            "not_found_error" => Some(404),
+            "request_too_large" => Some(413),
+            "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => Some(429),
+            // A code that is itself a client-error status (vLLM's, Google's `429`).
+            other => other.parse::<u16>().ok().filter(|n| (400..500).contains(n)),
         }
     };
     code.and_then(status).or_else(|| kind.and_then(status))
