@@ -256,6 +256,13 @@ async fn bounded_request(
     if let Err(e) = serde_json::from_str::<rmcp::model::ClientJsonRpcMessage>(text) {
         use serde_json::error::Category;
         return match e.classify() {
+            // JSON beyond serde's reach (too deep, a number out of range) is answered
+            // under its id, as over stdio; malformed text has none to read.
+            Category::Syntax if stdio::beyond_serde(&e) => rpc_error(
+                -32700,
+                format!("Parse error: the request is not read: {e}"),
+                stdio::scanned_id(&bytes),
+            ),
             Category::Syntax | Category::Eof | Category::Io => {
                 rpc_error(-32700, format!("Parse error: {e}"), None)
             }

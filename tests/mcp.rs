@@ -515,6 +515,19 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
         // (a batch, a string): an invalid request under 400, that says what is wrong (an
         // `id` of null or an object was "not one JSON-RPC message (MCP has no batches)":
         // front round 27 F2).
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":"deep","method":"ping","params":{{"x":{}{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let beyond: std::collections::HashMap<Vec<u8>, Value> = [
+            (deep.into_bytes(), json!("deep")),
+            (
+                br#"{"jsonrpc":"2.0","id":8,"method":"ping","params":{"n":1e999}}"#.to_vec(),
+                json!(8),
+            ),
+        ]
+        .into();
         for (body, code, says) in [
             (
                 &br#"{"jsonrpc":"2.0","id":3,"method":"#[..],
@@ -564,17 +577,21 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
                 -32600,
                 "`params`",
             ),
-        ] {
+        ]
+        .into_iter()
+        .map(|(body, code, says)| (body.to_vec(), code, says))
+        .chain(beyond.keys().map(|b| (b.clone(), -32700, "not read")))
+        {
             let r = client
                 .post(&url)
                 .header("accept", "application/json, text/event-stream")
                 .header("content-type", "application/json")
                 .header("mcp-session-id", &session)
-                .body(body.to_vec())
+                .body(body.clone())
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(r.status(), 400, "{}", String::from_utf8_lossy(body));
+            assert_eq!(r.status(), 400, "{}", String::from_utf8_lossy(&body));
             let error: Value = r.json().await.unwrap();
             assert_eq!(error["error"]["code"], json!(code), "{error}");
             assert!(
@@ -585,13 +602,16 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
                 "{error}"
             );
             // Under the request's id when rmcp could answer under it, as over stdio.
-            let sent: Option<Value> = serde_json::from_slice(body).ok();
+            // JSON nested or numbered beyond serde's reach is read for its id all the same
+            // (it was answered under none over HTTP, under its id over stdio).
+            let sent: Option<Value> = serde_json::from_slice(&body).ok();
             let id = sent
                 .as_ref()
                 .filter(|v| v.get("method").is_some())
                 .and_then(|v| v.get("id"))
                 .filter(|id| id.is_string() || id.is_i64())
                 .cloned()
+                .or_else(|| beyond.get(body.as_slice()).cloned())
                 .unwrap_or(Value::Null);
             assert_eq!(error["id"], id, "{error}");
         }

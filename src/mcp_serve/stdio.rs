@@ -88,9 +88,7 @@ fn reads(line: &[u8]) -> Reads {
                 {
                     return Reads::Refused(id, "the request is not UTF-8 text".into());
                 }
-                let text = e.to_string();
-                let beyond = text.contains("recursion limit") || text.contains("out of range");
-                Reads::Unreadable(beyond.then_some(text))
+                Reads::Unreadable(beyond_serde(&e).then(|| e.to_string()))
             }
             _ => {
                 // rmcp ignores a notification it cannot read (a method it does not know):
@@ -107,6 +105,21 @@ fn reads(line: &[u8]) -> Reads {
             }
         },
     }
+}
+
+/// Whether a parse error is JSON beyond what serde reads (nested past its depth, a number
+/// out of range), not malformed text: such a request is answered under its id.
+pub(super) fn beyond_serde(e: &serde_json::Error) -> bool {
+    let text = e.to_string();
+    text.contains("recursion limit") || text.contains("out of range")
+}
+
+/// The id a line JSON cannot read states at its top level, as its text is scanned (the
+/// id of a request nested or numbered past serde's reach, which is answered under it).
+pub(super) fn scanned_id(line: &[u8]) -> Option<Value> {
+    let mut scan = IdScan::default();
+    scan.feed(line);
+    scan.id()
 }
 
 /// The id of a request (it names a method) that rmcp could answer under: a string, or an
