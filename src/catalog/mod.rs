@@ -60,9 +60,20 @@ pub struct Entry {
     pub descriptor: ToolDescriptor,
     pub id: String,
     pub compact: CompactDescriptor,
+    /// The top-level property names of its input schema, sorted: read for every structured
+    /// call with its arguments beside the id, which parsed the whole schema (up to its
+    /// bound) on a runtime worker each time.
+    properties: Box<[String]>,
 }
 
 impl Entry {
+    /// Whether its input schema names `key` among its top-level properties.
+    pub fn takes(&self, key: &str) -> bool {
+        self.properties
+            .binary_search_by(|p| p.as_str().cmp(key))
+            .is_ok()
+    }
+
     /// The bytes of its schemas as stored: what a describe of it parses and writes.
     pub fn schema_bytes(&self) -> usize {
         self.descriptor.input_schema.as_str().len()
@@ -76,7 +87,14 @@ impl Entry {
     fn new(descriptor: ToolDescriptor) -> Self {
         let id = descriptor.id();
         let schema = descriptor.input_schema.value();
+        let mut properties: Vec<String> = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        properties.sort_unstable();
         Entry {
+            properties: properties.into(),
             compact: CompactDescriptor::of(&descriptor, &schema),
             id,
             descriptor,

@@ -323,12 +323,7 @@ impl Dispatcher {
                     }
                     Err(e) => return Err(e),
                 };
-                let schema = entry.descriptor.input_schema.value();
-                let props = schema.get("properties").and_then(Value::as_object);
-                let unknown: Vec<&String> = rest
-                    .keys()
-                    .filter(|k| !props.is_some_and(|p| p.contains_key(*k)))
-                    .collect();
+                let unknown: Vec<&String> = rest.keys().filter(|k| !entry.takes(k)).collect();
                 if unknown.is_empty() {
                     Ok((id.to_string(), Value::Object(rest)))
                 } else {
