@@ -186,6 +186,7 @@ fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread is started.
     unsafe { toolsearch::semantic::pin_threads() };
     toolsearch::process::map_large_allocations();
+    let _groups = toolsearch::process::GroupsDieWithHost;
     // An MCP client that captures a server's stderr shows escape codes as text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
