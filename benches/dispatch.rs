@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolsearch::Catalog;
-use toolsearch::catalog::Facts;
+use toolsearch::catalog::{ExecutorSpec, Facts, Source, ToolDescriptor};
 use toolsearch::config::Config;
 use toolsearch::dispatch::{CallRequest, DispatcherBuilder};
 use toolsearch::telemetry::SessionLog;
@@ -37,33 +37,62 @@ fn main() {
         "bench.toml".as_ref(),
     )
     .expect("config");
-    for (label, config, log, n) in [
+    // Checkers are this package's binary (the bench's own `main` serves none).
+    toolsearch::dispatch::checker::use_program(env!("CARGO_BIN_EXE_toolsearch").into());
+    let light = (
+        "openclaw:github:create_issue",
+        json!({"title": "Crash on start", "labels": ["bug"]}),
+    );
+    // A schema with patterns is checked in a checker process: one round trip a call.
+    let patterned: (&str, serde_json::Value) = (
+        "openclaw:core:patterned",
+        json!({"slug": "crash-on-start", "count": 3}),
+    );
+    for (label, config, log, n, tool) in [
         (
             "fixture, no hooks, no session log",
             Config::default(),
             false,
             20_000,
+            &light,
+        ),
+        (
+            "fixture, schema with a pattern (checked in a checker), no session log",
+            Config::default(),
+            false,
+            5_000,
+            &patterned,
         ),
         (
             "fixture, no hooks, session log",
             Config::default(),
             true,
             20_000,
+            &light,
         ),
         (
             "fixture, one command hook (/bin/true)",
             hook_config,
             true,
             300,
+            &light,
         ),
     ] {
-        let catalog = Arc::new(
-            Catalog::build(
-                toolsearch::catalog::embedded::demo_descriptors().expect("demo"),
-                &Facts::bare(&config),
-            )
-            .expect("catalog"),
+        let mut tools = toolsearch::catalog::embedded::demo_descriptors().expect("demo");
+        tools.push(
+            ToolDescriptor::builder(Source::Openclaw, "core", "patterned")
+                .description("a tool whose schema has a pattern")
+                .input_schema(&json!({"type": "object", "properties": {
+                    "slug": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
+                    "count": {"type": "integer", "minimum": 1}}}))
+                .executor(ExecutorSpec::Fixture {
+                    text: "ok".into(),
+                    details: None,
+                })
+                .origin("bench")
+                .build(),
         );
+        let catalog = Arc::new(Catalog::build(tools, &Facts::bare(&config)).expect("catalog"));
         let mut builder = DispatcherBuilder::new(catalog)
             .config(&config)
             .expect("config");
@@ -72,17 +101,13 @@ fn main() {
                 builder.session_log(Arc::new(SessionLog::open(&state, "bench").expect("log")));
         }
         let d = builder.build();
-        let args = json!({"title": "Crash on start", "labels": ["bug"]});
+        let (tool, args) = tool.clone();
         let mut lat = Vec::with_capacity(n);
         runtime.block_on(async {
             for i in 0..(n + n / 10) {
                 let started = Instant::now();
                 let e = d
-                    .call(CallRequest::new(
-                        "openclaw:github:create_issue",
-                        args.clone(),
-                        "bench",
-                    ))
+                    .call(CallRequest::new(tool, args.clone(), "bench"))
                     .await
                     .expect("call");
                 std::hint::black_box(e);

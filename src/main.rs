@@ -186,6 +186,17 @@ fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread is started.
     unsafe { toolsearch::semantic::pin_threads() };
     toolsearch::process::map_large_allocations();
+    // A schema checker the host started for itself: no CLI, no logging, only its loop.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            toolsearch::dispatch::checker::SUBCOMMAND,
+        ))
+    {
+        return match toolsearch::dispatch::checker::serve() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
     let _groups = toolsearch::process::GroupsDieWithHost;
     // An MCP client that captures a server's stderr shows escape codes as text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();

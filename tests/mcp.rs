@@ -1844,6 +1844,104 @@ fn a_costly_schema_is_compiled_once_off_the_workers() {
     );
 }
 
+/// A schema whose check costs hours passes every load-time rule (a pattern the lazy DFA
+/// gives up on, referenced 40 times, against a 60 KB argument: sandbox round 40 F1): its
+/// checks are stopped at their run's end or their budget, and never keep a light schema's
+/// check waiting (they held both check places for hours, and every other call timed out).
+#[test]
+fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("cat");
+    std::fs::create_dir(&catalog).unwrap();
+    let refs: Vec<Value> = (0..40).map(|_| json!({"$ref": "#/$defs/p"})).collect();
+    let tools = [
+        json!({"name": "costly", "description": "a costly schema", "executor": {"kind": "fixture", "text": "ok"},
+            "input_schema": {"type": "object", "$defs": {"p": {"type": "string", "pattern": "a[ab]{10000}c"}},
+                "properties": {"a": {"type": "array", "items": {"allOf": refs}}}}}),
+        json!({"name": "cheap", "description": "a plain schema", "executor": {"kind": "fixture", "text": "ok"},
+            "input_schema": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}}),
+    ];
+    std::fs::write(
+        catalog.join("tools.jsonl"),
+        tools
+            .iter()
+            .map(|t| t.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .unwrap();
+    let config = dir.path().join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        "[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = 4000\n",
+    )
+    .unwrap();
+    let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
+    server.initialize();
+    // Random a/b: on a repeating text the DFA's cache would hold.
+    let costly = "let x = 7, s = '';\n\
+                  for (let i = 0; i < 60000; i++) { x = (x * 1103515245 + 12345) % 2147483648; s += x & 1024 ? 'a' : 'b'; }\n\
+                  return await openclaw.tools.call('costly', {a: [s]}).then(() => 'ran', (e) => e.code);";
+    let cheap = "const t = Date.now();\n\
+                 const code = await openclaw.tools.call('cheap', {a: [1, 2]}).then(() => 'ran', (e) => e.code);\n\
+                 return [code, Date.now() - t];";
+    let run = |id: u64, code: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "tool_search_code", "arguments": {"code": code}}})
+    };
+    server.send(&run(10, costly));
+    server.send(&run(11, costly));
+    std::thread::sleep(Duration::from_millis(1500));
+    server.send(&run(12, cheap));
+    let value = |answer: &Value| -> Value {
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {answer}"))
+    };
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 3 {
+        let answer = server.next();
+        answers.insert(answer["id"].as_u64().unwrap_or_default(), answer);
+    }
+    let cheap_run = value(&answers[&12]);
+    assert_eq!(
+        cheap_run["value"][0], "ran",
+        "the light check waited: {cheap_run}"
+    );
+    for id in [10, 11] {
+        let costly_run = value(&answers[&id]);
+        assert_eq!(costly_run["error"]["code"], "timeout", "{costly_run}");
+    }
+    // Their checkers were killed with their runs: a check of the costly schema with a
+    // short argument finds a place and answers at once.
+    server.send(&run(
+        13,
+        "return await openclaw.tools.call('costly', {a: ['b']}).then(() => 'ran', (e) => e.code);",
+    ));
+    let after = value(&server.next());
+    assert_eq!(after["value"], "invalid-arguments", "{after}");
+    drop(server);
+    // Without a run's deadline, the check's own budget stops it.
+    let arg = json!({"a": [(0..60000u64).scan(7u64, |x, _| {
+        *x = (*x * 1103515245 + 12345) % 2147483648;
+        Some(if *x & 1024 != 0 { 'a' } else { 'b' })
+    }).collect::<String>()]});
+    let started = Instant::now();
+    let (code, out, all) = toolsearch(&config, &["call", "costly", &arg.to_string(), "--json"]);
+    assert_ne!(code, 0, "{all}");
+    assert_eq!(out["error"]["code"], "bad-schema", "{all}");
+    assert!(
+        out["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the check was stopped")),
+        "{all}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the budget did not stop it: {all}"
+    );
+}
+
 /// A request whose id rmcp could answer under is answered under it, whatever else is
 /// wrong with it, and a known method with params that do not read is `invalid params`
 /// (front round 25 F3, F4: no `jsonrpc`, `jsonrpc: "1.0"`, `params: []` or a line that is

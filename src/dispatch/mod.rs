@@ -19,6 +19,7 @@
 //! A blocked call returns an envelope that says it was blocked and why; its executor never
 //! runs.
 
+pub mod checker;
 pub mod envelope;
 pub mod offload;
 mod validate;

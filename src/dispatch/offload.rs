@@ -33,16 +33,22 @@ pub enum Lane {
     Describe,
     /// A call's arguments checked against its tool's schema (compiled at its first call).
     Check,
+    /// The same for a schema checked in a checker process ([`super::checker`]): a lane of
+    /// its own, so that checks of costly schemas, which may take up to their budget, never
+    /// keep a light schema's check (microseconds) waiting.
+    Checker,
 }
 
 fn places(lane: Lane) -> &'static Arc<Semaphore> {
     static SEARCH: OnceLock<Arc<Semaphore>> = OnceLock::new();
     static DESCRIBE: OnceLock<Arc<Semaphore>> = OnceLock::new();
     static CHECK: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    static CHECKER: OnceLock<Arc<Semaphore>> = OnceLock::new();
     let lane = match lane {
         Lane::Search => &SEARCH,
         Lane::Describe => &DESCRIBE,
         Lane::Check => &CHECK,
+        Lane::Checker => &CHECKER,
     };
     lane.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
@@ -56,6 +62,7 @@ pub struct Turns {
     search: Semaphore,
     describe: Semaphore,
     check: Semaphore,
+    checker: Semaphore,
 }
 
 impl Default for Turns {
@@ -64,24 +71,59 @@ impl Default for Turns {
             search: Semaphore::new(1),
             describe: Semaphore::new(1),
             check: Semaphore::new(1),
+            checker: Semaphore::new(1),
         }
     }
 }
 
 /// Runs `work` on the blocking pool once its lane has a place (and, given `turns`, once the
 /// caller's work before it in that lane has ended); `Err` says why it did not finish (it
-/// panicked).
+/// panicked). The place is the work's until it ends, even if the caller stops waiting (a
+/// thread cannot be stopped).
 pub async fn offload<T: Send + 'static>(
     lane: Lane,
     turns: Option<&Turns>,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
-    let _turn = match turns {
+    let (_turn, place) = enter(lane, turns).await?;
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        work()
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// Awaits `work` holding a place in its lane (and the caller's turn), for work done
+/// elsewhere that the lane still bounds (a check in a child process): dropping the future
+/// gives the place up with the work, which must then stop (the child is killed).
+pub async fn in_lane<T>(
+    lane: Lane,
+    turns: Option<&Turns>,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    let _entered = enter(lane, turns).await?;
+    Ok(work.await)
+}
+
+/// The caller's turn, then a place in the lane.
+async fn enter(
+    lane: Lane,
+    turns: Option<&Turns>,
+) -> Result<
+    (
+        Option<tokio::sync::SemaphorePermit<'_>>,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    String,
+> {
+    let turn = match turns {
         Some(turns) => Some(
             match lane {
                 Lane::Search => &turns.search,
                 Lane::Describe => &turns.describe,
                 Lane::Check => &turns.check,
+                Lane::Checker => &turns.checker,
             }
             .acquire()
             .await
@@ -93,12 +135,7 @@ pub async fn offload<T: Send + 'static>(
         .acquire_owned()
         .await
         .map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || {
-        let _place = place;
-        work()
-    })
-    .await
-    .map_err(|e| e.to_string())
+    Ok((turn, place))
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
 //! Argument validation against a tool's input schema, with compiled validators cached per
 //! tool (compiling costs tens of microseconds; checking a small object, about one).
 //!
-//! Compiling and checking both run on the check lane ([`offload`]), never on the runtime's
-//! workers: a schema's regular expressions cost what their author chose to compile (400
-//! patterns of `[^\x00]{0,900}` took 1.4 s and 388 MB), and compiled on the worker that
-//! polled the call they held a code run's loop past its deadline and `mcp serve` silent for
-//! 7.7 s (sandbox round 36 F1). A tool's validator is compiled once, concurrent calls
-//! waiting for that one compile, and a schema that does not compile is kept as such (it
-//! was compiled again on every call). Each pattern compiles within [`PATTERN_BYTES`] (the
-//! loader allows [`crate::catalog::schema_cost::MAX_PATTERNS`] of them a schema).
+//! Nothing of it runs on the runtime's workers: a schema's regular expressions cost what
+//! their author chose to compile (400 patterns of `[^\x00]{0,900}` took 1.4 s and 388 MB),
+//! and compiled on the worker that polled the call they held a code run's loop past its
+//! deadline and `mcp serve` silent for 7.7 s (sandbox round 36 F1). A light schema
+//! ([`checker::is_light`]: most tools') is compiled once and checked on the check lane
+//! ([`offload`]), concurrent calls waiting for that one compile, a schema that does not
+//! compile kept as such. Any other is checked in a checker process on a lane of its own
+//! ([`checker`]), where a check that outlasts its caller or its budget is stopped by
+//! killing the process. Each pattern compiles within [`PATTERN_BYTES`] (the loader allows
+//! [`crate::catalog::schema_cost::MAX_PATTERNS`] of them a schema).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -17,7 +19,8 @@ use parking_lot::Mutex;
 
 use serde_json::Value;
 
-use super::offload::{Lane, Turns, offload};
+use super::checker;
+use super::offload::{Lane, Turns, in_lane, offload};
 use crate::catalog::{Catalog, Entry, Schema};
 use crate::error::{Error, Result};
 
@@ -50,40 +53,56 @@ struct Cache {
     catalog: std::sync::Weak<Catalog>,
 }
 
-/// One schema's validator, or why it does not compile, made once.
+/// One schema's way of being checked, decided once: compiled here (a light schema), or
+/// checked in a checker process ([`checker`]) under its key.
 struct Compiled {
     schema: Schema,
-    validator: OnceLock<std::result::Result<jsonschema::Validator, String>>,
+    way: OnceLock<Way>,
+}
+
+enum Way {
+    /// The validator, or why the schema does not compile.
+    Here(std::result::Result<jsonschema::Validator, String>),
+    Checker {
+        key: String,
+    },
 }
 
 impl Compiled {
-    /// Compiles on first use; a caller that comes meanwhile waits for that compile.
-    fn check(&self, id: &str, args: &Value) -> Result<()> {
-        let compiled = self.validator.get_or_init(|| {
-            jsonschema::options()
-                .with_pattern_options(
-                    jsonschema::PatternOptions::fancy_regex()
-                        .backtrack_limit(PATTERN_BACKTRACKS)
-                        .size_limit(PATTERN_BYTES)
-                        .dfa_size_limit(PATTERN_CACHE_BYTES),
-                )
-                .build(&self.schema.value())
-                .map_err(|e| e.to_string())
-        });
-        match compiled {
-            Ok(validator) => listed(validator, id, args),
-            Err(message) => Err(Error::BadSchema {
-                id: id.to_string(),
-                message: message.clone(),
-            }),
-        }
+    /// Decides on first use (compiling a light schema); a caller that comes meanwhile waits
+    /// for that. On the check lane: reading the schema's cost walks it.
+    fn way(&self) -> &Way {
+        self.way.get_or_init(|| {
+            let schema = self.schema.value();
+            if checker::is_light(&schema) {
+                Way::Here(compile(&schema))
+            } else {
+                Way::Checker {
+                    key: checker::key_of(self.schema.as_str()),
+                }
+            }
+        })
     }
+}
+
+/// A schema's validator, each pattern bounded as the module doc says.
+pub(super) fn compile(schema: &Value) -> std::result::Result<jsonschema::Validator, String> {
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex()
+                .backtrack_limit(PATTERN_BACKTRACKS)
+                .size_limit(PATTERN_BYTES)
+                .dfa_size_limit(PATTERN_CACHE_BYTES),
+        )
+        .build(schema)
+        .map_err(|e| e.to_string())
 }
 
 impl Validators {
     /// `Ok` when `args` satisfy the tool's input schema; otherwise every failure with its
     /// JSON pointer. The arguments come back. Run on the check lane, in `turns` when the
-    /// caller has them.
+    /// caller has them: in the host for a light schema, in a checker for any other (killed
+    /// if the caller stops waiting, or past [`checker::CHECK_BUDGET`]).
     pub(super) async fn check_aside(
         &self,
         catalog: &Arc<Catalog>,
@@ -93,21 +112,54 @@ impl Validators {
     ) -> (Value, Result<()>) {
         let compiled = self.compiled(catalog, entry);
         let id = entry.id.clone();
-        let checked = offload(Lane::Check, turns, move || {
-            let result = compiled.check(&id, &args);
-            (args, result)
+        let bad = |message: String| {
+            Err(Error::BadSchema {
+                id: entry.id.clone(),
+                message,
+            })
+        };
+        let here = Arc::clone(&compiled);
+        let checked = offload(Lane::Check, turns, move || match here.way() {
+            Way::Here(Ok(validator)) => {
+                let result = listed(validator, &id, &args);
+                (args, Some(result))
+            }
+            Way::Here(Err(message)) => (
+                args,
+                Some(Err(Error::BadSchema {
+                    id: id.clone(),
+                    message: message.clone(),
+                })),
+            ),
+            Way::Checker { .. } => (args, None),
         })
         .await;
-        match checked {
-            Ok(done) => done,
-            Err(e) => (
-                Value::Null,
-                Err(Error::BadSchema {
-                    id: entry.id.clone(),
-                    message: format!("validating the arguments failed: {e}"),
-                }),
-            ),
-        }
+        let args = match checked {
+            Ok((args, Some(result))) => return (args, result),
+            Ok((args, None)) => args,
+            Err(e) => {
+                return (
+                    Value::Null,
+                    bad(format!("validating the arguments failed: {e}")),
+                );
+            }
+        };
+        let Way::Checker { key } = compiled.way() else {
+            return (args, bad("the schema's way of checking changed".into()));
+        };
+        let schema = compiled.schema.as_str();
+        let answer = in_lane(Lane::Checker, turns, checker::check(key, schema, &args)).await;
+        let result = match answer {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(checker::CheckFailure::Invalid(errors)))) => Err(Error::InvalidArguments {
+                id: entry.id.clone(),
+                errors,
+            }),
+            Ok(Ok(Err(checker::CheckFailure::BadSchema(message)))) => bad(message),
+            Ok(Err(failed)) => bad(failed.to_string()),
+            Err(e) => bad(format!("validating the arguments failed: {e}")),
+        };
+        (args, result)
     }
 
     fn compiled(&self, catalog: &Arc<Catalog>, entry: &Entry) -> Arc<Compiled> {
@@ -125,7 +177,7 @@ impl Validators {
             _ => {
                 let c = Arc::new(Compiled {
                     schema: entry.descriptor.input_schema.clone(),
-                    validator: OnceLock::new(),
+                    way: OnceLock::new(),
                 });
                 cache.by_id.insert(entry.id.clone(), Arc::clone(&c));
                 c
@@ -136,6 +188,19 @@ impl Validators {
 
 /// `Ok` when `args` satisfy `validator`, else every failure with its JSON pointer.
 fn listed(validator: &jsonschema::Validator, id: &str, args: &Value) -> Result<()> {
+    let errors = failures(validator, args);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidArguments {
+        id: id.to_string(),
+        errors,
+    })
+}
+
+/// Each way `args` fail `validator`, with its JSON pointer: at most [`MAX_LISTED`], the
+/// rest counted in a last line. Empty when they satisfy it.
+pub(super) fn failures(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
     let mut errors: Vec<String> = Vec::new();
     let mut more = 0;
     for e in validator.iter_errors(args) {
@@ -151,16 +216,10 @@ fn listed(validator: &jsonschema::Validator, id: &str, args: &Value) -> Result<(
             more += 1;
         }
     }
-    if errors.is_empty() {
-        return Ok(());
-    }
     if more > 0 {
         errors.push(format!("... and {more} more"));
     }
-    Err(Error::InvalidArguments {
-        id: id.to_string(),
-        errors,
-    })
+    errors
 }
 
 /// Checks the arguments of a tool the host itself declares (the surface's control tools,
