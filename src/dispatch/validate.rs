@@ -271,8 +271,12 @@ mod tests {
     #[test]
     fn only_a_few_short_values_are_checked_on_the_worker() {
         let count = |v: Value| few_values(&v, &mut INLINE_VALUES.clone());
-        assert!(count(serde_json::json!({"title": "Crash", "labels": ["bug", "p1"]})));
-        assert!(!count(serde_json::json!({"a": (0..64).collect::<Vec<_>>()})));
+        assert!(count(
+            serde_json::json!({"title": "Crash", "labels": ["bug", "p1"]})
+        ));
+        assert!(!count(
+            serde_json::json!({"a": (0..64).collect::<Vec<_>>()})
+        ));
         assert!(!count(serde_json::json!({"body": "x".repeat(64 * 64)})));
         assert!(count(serde_json::json!({"body": "x".repeat(64 * 60)})));
     }
