@@ -193,6 +193,50 @@ fn bad_input_is_a_4xx_with_a_json_error() {
     });
 }
 
+/// A POST with no body and no Content-Type reaches routing: the OpenAI SDK's
+/// `responses.cancel(id)` sends one to a route the gateway does not serve, and gets its
+/// 404 in OpenAI's error shape (it got the guard's 415); a route that reads a JSON body
+/// answers one it lacks with a 400. A body of another type is still refused.
+#[test]
+fn a_bodiless_post_is_routed_not_refused_for_its_content_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, mock_url) = start(&["mock-provider", "--listen", "127.0.0.1:0"], dir.path());
+    let (_gw, url) = gateway_with(&format!("{mock_url}/v1"), dir.path(), "");
+    runtime().block_on(async {
+        let http = reqwest::Client::new();
+        let r = http
+            .post(format!("{url}/v1/responses/resp_x/cancel"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("/v1/responses/resp_x/cancel")),
+            "{v}"
+        );
+        let r = http
+            .post(format!("{url}/v1/responses"))
+            .header("content-length", "0")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        let r = http
+            .post(format!("{url}/v1/responses/resp_x/cancel"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415, "a body without its type");
+    });
+}
+
 #[test]
 fn a_provider_that_fails_then_rate_limits_then_answers_garbage_is_retried_then_named() {
     let dir = tempfile::tempdir().unwrap();

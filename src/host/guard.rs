@@ -4,9 +4,12 @@
 //! rebinding: a page of `evil.example` resolved to 127.0.0.1), an `Origin` not on the
 //! allow-list (`[server] allowed_origins`, none by default: a browser's cross-site
 //! request), and a `POST` whose body is not `Content-Type: application/json` (the types
-//! a page may send without asking first, `text/plain` and forms). One check for every
-//! front, applied by [`serve`](super::serve::serve) itself; each front answers a refusal
-//! in its own shape.
+//! a page may send without asking first, `text/plain` and forms). A `POST` with neither a
+//! body nor a type goes on to its route, which answers it as any body it cannot read: the
+//! OpenAI SDK's `responses.cancel` sends one, and the gateway, which serves no such route,
+//! owes it its 404, not a 415 (a page's `POST` carries an `Origin`, refused above, and
+//! without a body it has nothing to send). One check for every front, applied by
+//! [`serve`](super::serve::serve) itself; each front answers a refusal in its own shape.
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
@@ -134,7 +137,7 @@ impl Guard {
                 )));
             }
         }
-        if method == Method::POST && !is_json(headers) {
+        if method == Method::POST && !is_json(headers) && !is_bodiless(headers) {
             return Err(Refusal {
                 status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 message: "a POST body must be sent with Content-Type: application/json".into(),
@@ -165,6 +168,17 @@ fn is_loopback_authority(authority: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// No `Content-Type` and no body: no `Transfer-Encoding`, and a `Content-Length` of 0 or
+/// none (HTTP/1.1's request without a body; the server speaks nothing else).
+fn is_bodiless(headers: &HeaderMap) -> bool {
+    !headers.contains_key(header::CONTENT_TYPE)
+        && !headers.contains_key(header::TRANSFER_ENCODING)
+        && headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .all(|length| length.as_bytes().trim_ascii() == b"0")
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -297,9 +311,32 @@ mod tests {
             g.check(&Method::POST, &headers(&plain)).unwrap_err().status,
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
-        assert!(
-            g.check(&Method::POST, &headers(&[("host", "localhost")]))
-                .is_err()
-        );
+        // A POST with a body must say it is JSON; one with neither goes on to its route.
+        for sent in [
+            [("host", "localhost"), ("content-length", "2")],
+            [("host", "localhost"), ("transfer-encoding", "chunked")],
+            [("host", "localhost"), ("content-type", "text/plain")],
+        ] {
+            assert_eq!(
+                g.check(&Method::POST, &headers(&sent)).unwrap_err().status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{sent:?}"
+            );
+        }
+        let mut typed_empty = headers(&[("host", "localhost"), ("content-length", "0")]);
+        typed_empty.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        assert!(g.check(&Method::POST, &typed_empty).is_err());
+        let mut two_lengths = headers(&[("host", "localhost"), ("content-length", "0")]);
+        two_lengths.append(header::CONTENT_LENGTH, "5".parse().unwrap());
+        assert!(g.check(&Method::POST, &two_lengths).is_err());
+        for empty in [
+            headers(&[("host", "localhost")]),
+            headers(&[("host", "localhost"), ("content-length", "0")]),
+        ] {
+            assert!(g.check(&Method::POST, &empty).is_ok(), "{empty:?}");
+        }
+        // The page of a foreign origin is refused all the same.
+        let foreign_empty = [("host", "localhost"), ("origin", "http://evil.example")];
+        assert!(g.check(&Method::POST, &headers(&foreign_empty)).is_err());
     }
 }
