@@ -200,6 +200,18 @@ async fn bounded_request(
         }
         return next.run(request).await;
     }
+    // rmcp closes whatever session a DELETE names and answers 202; MCP (2025-06-18,
+    // Session Management) owes an unknown or ended session a 404, which rmcp gives its POST
+    // and GET. A client deleting twice learns the second found nothing.
+    if request.method() == Method::DELETE
+        && let Some(id) = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        && bounded.is_unknown(id).await
+    {
+        return refused(StatusCode::NOT_FOUND, sessions::NOT_FOUND.to_string());
+    }
     if request.method() != Method::POST {
         return next.run(request).await;
     }

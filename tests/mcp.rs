@@ -1072,6 +1072,50 @@ fn mcp_serve_bounds_its_sessions_without_closing_one_in_use() {
     });
 }
 
+/// A DELETE naming a session the server does not hold, never opened or already ended, is
+/// a 404, as MCP (2025-06-18, Session Management) asks and as POST and GET answer (it was
+/// a 202); a live session's DELETE ends it. A POST with no body and no type is answered
+/// with the parse error of any unreadable body, a 400 with its reason.
+#[test]
+fn mcp_serve_answers_404_to_a_delete_of_an_unknown_or_ended_session() {
+    let (_dir, config) = config_with("");
+    let (_serve, url) = start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
+    block_on(async {
+        let client = reqwest::Client::new();
+        let delete = |id: &str| {
+            client
+                .delete(&url)
+                .header("mcp-session-id", id)
+                .header("mcp-protocol-version", "2025-06-18")
+                .send()
+        };
+        let r = delete("no-such-session").await.unwrap();
+        assert_eq!(r.status().as_u16(), 404, "an unknown session");
+        assert_eq!(r.text().await.unwrap(), "Not Found: Session not found");
+
+        let (status, id) = mcp_post(&client, &url, None, initialize_with(json!({}))).await;
+        assert_eq!(status, 200);
+        let id = id.expect("a session id");
+        let r = delete(&id).await.unwrap();
+        assert!(r.status().is_success(), "a live session: {}", r.status());
+        let r = delete(&id).await.unwrap();
+        assert_eq!(r.status().as_u16(), 404, "a session already ended");
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let (status, _) = mcp_post(&client, &url, Some(&id), ping).await;
+        assert_eq!(status, 404);
+
+        let r = client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "a body-less POST");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32700, "{v}");
+    });
+}
+
 /// `mcp serve --listen` in tools mode on a catalog of one tool, `nap`, that sleeps
 /// `seconds`: its folder, its guard and its URL.
 fn nap_server(seconds: u32) -> (tempfile::TempDir, Guard, String) {

@@ -41,6 +41,9 @@ pub const MAX_SESSIONS: usize = 256;
 pub const MAX_STREAMS: usize = 2;
 pub const MAX_ALL_STREAMS: usize = 128;
 
+/// rmcp's answer, under 404, to a request naming a session it does not hold.
+pub const NOT_FOUND: &str = "Not Found: Session not found";
+
 /// Why the manager refused, or what rmcp's manager said.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionsError {
@@ -146,6 +149,13 @@ impl Bounded {
     /// Whether a new stream would be refused now for want of a place among all.
     pub fn streams_full(&self) -> bool {
         self.table.lock().streams >= MAX_ALL_STREAMS
+    }
+
+    /// Whether `id` names no session of this server: never one, or one closed (by its
+    /// client, to make room, or idle past rmcp's keep-alive). A failure to look is not
+    /// taken for a no: the request goes on to rmcp.
+    pub async fn is_unknown(&self, id: &str) -> bool {
+        matches!(self.has_session(&SessionId::from(id)).await, Ok(false))
     }
 
     /// Marks `id` busy for `what` until the guard drops (a stream counted, and refused over
