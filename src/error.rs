@@ -99,6 +99,11 @@ pub enum Error {
     )]
     BadSchema { id: String, message: String },
 
+    /// A valid schema's check of these arguments did not finish (stopped at its budget, or
+    /// its checker died); the next call is checked again.
+    #[error("the arguments of `{id}` could not be checked: {message}")]
+    CheckStopped { id: String, message: String },
+
     /// Code mode cannot run here (no usable Node, or a required barrier missing).
     #[error("code mode is unavailable: {0}")]
     Unavailable(String),
@@ -197,6 +202,7 @@ impl Error {
             Error::UnavailableTool { .. } => "unavailable-tool",
             Error::InvalidArguments { .. } => "invalid-arguments",
             Error::BadSchema { .. } => "bad-schema",
+            Error::CheckStopped { .. } => "check-stopped",
             Error::Unavailable(_) => "unavailable",
             Error::Listen { .. } => "cannot-listen",
             Error::Serve(_) => "serve-error",
@@ -218,6 +224,7 @@ impl Error {
             | Error::UnavailableTool { .. }
             | Error::InvalidArguments { .. }
             | Error::BadSchema { .. }
+            | Error::CheckStopped { .. }
             | Error::Unavailable(_)
             | Error::Serve(_)
             | Error::Listen { .. }

@@ -1898,7 +1898,13 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
     let catalog = dir.path().join("cat");
     std::fs::create_dir(&catalog).unwrap();
     let refs: Vec<Value> = (0..40).map(|_| json!({"$ref": "#/$defs/p"})).collect();
+    // The same pattern kept in data, which a reference makes a schema of (round 41 F1:
+    // taken for light, checked in the host for minutes).
+    let hidden_refs: Vec<Value> = (0..40).map(|_| json!({"$ref": "#/examples/0"})).collect();
     let tools = [
+        json!({"name": "hidden", "description": "a costly schema in data", "executor": {"kind": "fixture", "text": "ok"},
+            "input_schema": {"type": "object", "examples": [{"type": "string", "pattern": "a[ab]{10000}c"}],
+                "properties": {"a": {"type": "array", "items": {"allOf": hidden_refs}}}}}),
         json!({"name": "costly", "description": "a costly schema", "executor": {"kind": "fixture", "text": "ok"},
             "input_schema": {"type": "object", "$defs": {"p": {"type": "string", "pattern": "a[ab]{10000}c"}},
                 "properties": {"a": {"type": "array", "items": {"allOf": refs}}}}}),
@@ -1922,9 +1928,13 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
     let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
     server.initialize();
     // Random a/b: on a repeating text the DFA's cache would hold.
-    let costly = "let x = 7, s = '';\n\
-                  for (let i = 0; i < 60000; i++) { x = (x * 1103515245 + 12345) % 2147483648; s += x & 1024 ? 'a' : 'b'; }\n\
-                  return await openclaw.tools.call('costly', {a: [s]}).then(() => 'ran', (e) => e.code);";
+    let costly = |tool: &str| {
+        format!(
+            "let x = 7, s = '';\n\
+             for (let i = 0; i < 60000; i++) {{ x = (x * 1103515245 + 12345) % 2147483648; s += x & 1024 ? 'a' : 'b'; }}\n\
+             return await openclaw.tools.call('{tool}', {{a: [s]}}).then(() => 'ran', (e) => e.code);"
+        )
+    };
     let cheap = "const t = Date.now();\n\
                  const code = await openclaw.tools.call('cheap', {a: [1, 2]}).then(() => 'ran', (e) => e.code);\n\
                  return [code, Date.now() - t];";
@@ -1932,8 +1942,10 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": "tool_search_code", "arguments": {"code": code}}})
     };
-    server.send(&run(10, costly));
-    server.send(&run(11, costly));
+    // Two runs of the hidden one: checked in the host they held both check places.
+    server.send(&run(10, &costly("costly")));
+    server.send(&run(11, &costly("hidden")));
+    server.send(&run(14, &costly("hidden")));
     std::thread::sleep(Duration::from_millis(1500));
     server.send(&run(12, cheap));
     let value = |answer: &Value| -> Value {
@@ -1943,7 +1955,7 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {answer}"))
     };
     let mut answers = std::collections::HashMap::new();
-    while answers.len() < 3 {
+    while answers.len() < 4 {
         let answer = server.next();
         answers.insert(answer["id"].as_u64().unwrap_or_default(), answer);
     }
@@ -1952,7 +1964,7 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
         cheap_run["value"][0], "ran",
         "the light check waited: {cheap_run}"
     );
-    for id in [10, 11] {
+    for id in [10, 11, 14] {
         let costly_run = value(&answers[&id]);
         assert_eq!(costly_run["error"]["code"], "timeout", "{costly_run}");
     }
@@ -1973,7 +1985,7 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
     let started = Instant::now();
     let (code, out, all) = toolsearch(&config, &["call", "costly", &arg.to_string(), "--json"]);
     assert_ne!(code, 0, "{all}");
-    assert_eq!(out["error"]["code"], "bad-schema", "{all}");
+    assert_eq!(out["error"]["code"], "check-stopped", "{all}");
     assert!(
         out["error"]["message"]
             .as_str()

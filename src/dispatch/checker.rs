@@ -9,7 +9,7 @@
 //! every load-time rule, and one 60 KB argument took 5 s a reference — about 4 hours a
 //! call, on a thread nothing could stop, holding a check place past its run's end; two
 //! such calls kept every other client's calls out of the check lane. A thread cannot be
-//! stopped; a process can. Schemas that [`is_light`] proves cheap (no regular expression,
+//! stopped; a process can. Schemas that [`light`] proves cheap (no regular expression,
 //! format or uniqueness check, and a small expanded size) are still checked in the host,
 //! in microseconds: most tools' are, and a call to them pays no round trip.
 //!
@@ -65,41 +65,37 @@ const HEAVY_KEYWORDS: &[&str] = &[
     "contentSchema",
 ];
 
-/// Keywords whose value maps names to schemas: its keys are names (a property may be
-/// called `pattern`), not keywords.
-const NAMES: &[&str] = &[
-    "properties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-    "dependencies",
-];
-
-/// Keywords whose value is data, never read as a schema.
-const DATA: &[&str] = &["const", "enum", "default", "examples", "example"];
-
 /// The hidden subcommand a checker is started with.
 pub const SUBCOMMAND: &str = "internal-schema-checker";
 
-/// Whether checking a value against `schema` costs no more than its size times a small
-/// bound, so it may run in the host.
-pub(super) fn is_light(schema: &Value) -> bool {
-    /// `names`: `v` maps names to schemas.
-    fn has_heavy(v: &Value, names: bool) -> bool {
+/// The subschemas `schema` stands for once expanded, when checking a value against it
+/// costs no more than its size times that (so it may run in the host); `None` for a
+/// schema to check in a checker.
+///
+/// Every key of the document is looked at, a property's name and data (`examples`,
+/// `default`, `enum`) included: a reference may point anywhere in the document and make
+/// any part of it a schema (sandbox round 41 F1, F2: a pattern under `examples`, reached
+/// by 50 `$ref`s, was taken for data, and its checks held both check places, or a
+/// runtime worker, for minutes). A property named `pattern` costs its tool a round trip
+/// to a checker, nothing more.
+pub(super) fn light(schema: &Value) -> Option<usize> {
+    fn has_heavy(v: &Value) -> bool {
         match v {
-            Value::Object(m) if names => m.values().any(|v| has_heavy(v, false)),
             Value::Object(m) => m.iter().any(|(k, v)| {
-                let k = k.as_str();
-                HEAVY_KEYWORDS.contains(&k)
+                HEAVY_KEYWORDS.contains(&k.as_str())
                     || (k == "format" && v == "regex")
-                    || (!DATA.contains(&k) && has_heavy(v, NAMES.contains(&k)))
+                    || has_heavy(v)
             }),
-            Value::Array(items) => items.iter().any(|v| has_heavy(v, false)),
+            Value::Array(items) => items.iter().any(has_heavy),
             _ => false,
         }
     }
-    !has_heavy(schema, false)
-        && schema_cost::expanded_nodes(schema).is_ok_and(|nodes| nodes <= LIGHT_NODES)
+    if has_heavy(schema) {
+        return None;
+    }
+    schema_cost::expanded_nodes(schema)
+        .ok()
+        .filter(|nodes| *nodes <= LIGHT_NODES)
 }
 
 /// What a checker is asked.
@@ -383,10 +379,10 @@ mod tests {
 
     #[test]
     fn light_schemas_are_small_and_free_of_costly_keywords() {
+        let is_light = |schema: &Value| light(schema).is_some();
         assert!(is_light(&json!({"type": "object", "properties": {
             "title": {"type": "string", "maxLength": 200},
             "due": {"type": "string", "format": "date-time"},
-            "pattern": {"type": "string", "default": {"pattern": "x"}},
             "labels": {"type": "array", "items": {"type": "string"}}
         }})));
         for heavy in [
@@ -395,19 +391,24 @@ mod tests {
             json!({"properties": {"d": {"format": "regex"}}}),
             json!({"items": {"type": "integer"}, "uniqueItems": true}),
             json!({"$defs": {"p": {}}, "allOf": (0..300).map(|_| json!({"$ref": "#/$defs/p"})).collect::<Vec<_>>()}),
+            // Anywhere a reference may make a schema of: data, names.
+            json!({"properties": {"a": {"$ref": "#/examples/0"}}, "examples": [{"pattern": "a[ab]{99}c"}]}),
+            json!({"properties": {"a": {"$ref": "#/default"}}, "default": {"format": "regex"}}),
+            json!({"properties": {"a": {"$ref": "#/properties/b/enum/0"}, "b": {"enum": [{"uniqueItems": true}]}}}),
+            json!({"properties": {"pattern": {"type": "string"}}}),
         ] {
             assert!(!is_light(&heavy), "{heavy}");
         }
     }
 
-    /// Most real schemas are checked in the host, with no round trip: the demo catalog's
-    /// two with `pattern` keywords are not (a property named `pattern` is a name).
+    /// Most real schemas are checked in the host, with no round trip: of the demo
+    /// catalog's, only the two with a property named `pattern` are not.
     #[test]
     fn the_demo_tools_schemas_are_light_but_those_with_patterns() {
         let tools = crate::catalog::embedded::demo_descriptors().unwrap();
         let heavy: Vec<String> = tools
             .iter()
-            .filter(|t| !is_light(&t.input_schema.value()))
+            .filter(|t| light(&t.input_schema.value()).is_none())
             .map(|t| t.name.clone())
             .collect();
         assert!(

@@ -5,7 +5,7 @@
 //! their author chose to compile (400 patterns of `[^\x00]{0,900}` took 1.4 s and 388 MB),
 //! and compiled on the worker that polled the call they held a code run's loop past its
 //! deadline and `mcp serve` silent for 7.7 s (sandbox round 36 F1). A light schema
-//! ([`checker::is_light`]: most tools') is compiled once and checked on the check lane
+//! ([`checker::light`]: most tools') is compiled once and checked on the check lane
 //! ([`offload`]), concurrent calls waiting for that one compile, a schema that does not
 //! compile kept as such. Any other is checked in a checker process on a lane of its own
 //! ([`checker`]), where a check that outlasts its caller or its budget is stopped by
@@ -61,8 +61,9 @@ struct Compiled {
 }
 
 enum Way {
-    /// The validator, or why the schema does not compile.
-    Here(std::result::Result<jsonschema::Validator, String>),
+    /// The validator, or why the schema does not compile, and the subschemas the schema
+    /// stands for once expanded.
+    Here(std::result::Result<jsonschema::Validator, String>, usize),
     Checker {
         key: String,
     },
@@ -74,8 +75,8 @@ impl Compiled {
     fn way(&self) -> &Way {
         self.way.get_or_init(|| {
             let schema = self.schema.value();
-            if checker::is_light(&schema) {
-                Way::Here(compile(&schema))
+            if let Some(nodes) = checker::light(&schema) {
+                Way::Here(compile(&schema), nodes)
             } else {
                 Way::Checker {
                     key: checker::key_of(self.schema.as_str()),
@@ -112,10 +113,10 @@ impl Validators {
     ) -> (Value, Result<()>) {
         let compiled = self.compiled(catalog, entry);
         // A light schema already compiled, and a few values: checked here, in
-        // microseconds (at most [`INLINE_VALUES`] values against 256 subschemas), without
-        // the hop to the blocking pool and back, which cost 20 µs a call.
-        if let Some(Way::Here(Ok(validator))) = compiled.way.get()
-            && few_values(&args, &mut INLINE_VALUES.clone())
+        // microseconds (subschemas times values at most [`INLINE_WORK`]), without the hop
+        // to the blocking pool and back, which cost 20 µs a call.
+        if let Some(Way::Here(Ok(validator), nodes)) = compiled.way.get()
+            && few_values(&args, &mut (INLINE_WORK / (*nodes).max(1)))
         {
             let result = listed(validator, &entry.id, &args);
             return (args, result);
@@ -129,11 +130,11 @@ impl Validators {
         };
         let here = Arc::clone(&compiled);
         let checked = offload(Lane::Check, turns, move || match here.way() {
-            Way::Here(Ok(validator)) => {
+            Way::Here(Ok(validator), _) => {
                 let result = listed(validator, &id, &args);
                 (args, Some(result))
             }
-            Way::Here(Err(message)) => (
+            Way::Here(Err(message), _) => (
                 args,
                 Some(Err(Error::BadSchema {
                     id: id.clone(),
@@ -165,7 +166,10 @@ impl Validators {
                 errors,
             }),
             Ok(Ok(Err(checker::CheckFailure::BadSchema(message)))) => bad(message),
-            Ok(Err(failed)) => bad(failed.to_string()),
+            Ok(Err(failed)) => Err(Error::CheckStopped {
+                id: entry.id.clone(),
+                message: failed.to_string(),
+            }),
             Err(e) => bad(format!("validating the arguments failed: {e}")),
         };
         (args, result)
@@ -195,12 +199,13 @@ impl Validators {
     }
 }
 
-/// What a value checked on the polling worker may hold: values (objects, arrays and
-/// scalars, all counted), each string counted once more for every 64 bytes of it (a light
-/// schema reads a string in one pass, once a subschema at most).
-const INLINE_VALUES: usize = 64;
+/// The work a check on the polling worker may cost: the schema's subschemas times the
+/// value's values (objects, arrays and scalars, all counted), each string counted once
+/// more for every 64 bytes of it (a light schema reads a string in one pass, once a
+/// subschema at most). 64 values against a 16-subschema schema, or fewer against more.
+const INLINE_WORK: usize = 1024;
 
-/// Whether `v` is within `left` (see [`INLINE_VALUES`]); counts it down.
+/// Whether `v` is within `left` values (see [`INLINE_WORK`]); counts it down.
 fn few_values(v: &Value, left: &mut usize) -> bool {
     let cost = match v {
         Value::String(s) => 1 + s.len() / 64,
@@ -270,7 +275,7 @@ mod tests {
 
     #[test]
     fn only_a_few_short_values_are_checked_on_the_worker() {
-        let count = |v: Value| few_values(&v, &mut INLINE_VALUES.clone());
+        let count = |v: Value| few_values(&v, &mut 64);
         assert!(count(
             serde_json::json!({"title": "Crash", "labels": ["bug", "p1"]})
         ));
