@@ -1812,6 +1812,20 @@ fn unknown_ids_by_the_hundred_leave_the_server_and_other_runs_answered() {
 /// calling it leave a ping answered first, and a second call is answered from what the
 /// first found (sandbox round 36 F1: compiled on the worker polling the call, again on
 /// every call, runs ended 3 s past their deadlines and `mcp serve` was silent 7.7 s).
+/// Writes `tools` as the catalog `cat/tools.jsonl` under `dir` and a config reading it with
+/// code runs' deadline `timeout_ms`: the config's path.
+fn catalog_of(dir: &Path, tools: &[Value], timeout_ms: u64) -> PathBuf {
+    let lines: String = tools.iter().map(|t| t.to_string() + "\n").collect();
+    std::fs::write(dir.join("cat").join("tools.jsonl"), lines).unwrap();
+    let config = dir.join("toolsearch.toml");
+    std::fs::write(
+        &config,
+        format!("[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = {timeout_ms}\n"),
+    )
+    .unwrap();
+    config
+}
+
 #[test]
 fn a_costly_schema_is_compiled_once_off_the_workers() {
     let dir = tempfile::tempdir().unwrap();
@@ -1829,20 +1843,7 @@ fn a_costly_schema_is_compiled_once_off_the_workers() {
         json!({"name": "slow", "description": "a costly schema", "input_schema": {"type": "object", "properties": props}, "executor": {"kind": "fixture", "text": "ok"}}),
         json!({"name": "ok", "description": "a plain tool", "input_schema": {"type": "object"}, "executor": {"kind": "fixture", "text": "ok"}}),
     ];
-    std::fs::write(
-        catalog.join("tools.jsonl"),
-        tools
-            .iter()
-            .map(|t| t.to_string() + "\n")
-            .collect::<String>(),
-    )
-    .unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        "[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = 60000\n",
-    )
-    .unwrap();
+    let config = catalog_of(dir.path(), &tools, 60000);
     let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
     server.initialize();
     let body = "const times = [];\n\
@@ -1911,20 +1912,7 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
         json!({"name": "cheap", "description": "a plain schema", "executor": {"kind": "fixture", "text": "ok"},
             "input_schema": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}}),
     ];
-    std::fs::write(
-        catalog.join("tools.jsonl"),
-        tools
-            .iter()
-            .map(|t| t.to_string() + "\n")
-            .collect::<String>(),
-    )
-    .unwrap();
-    let config = dir.path().join("toolsearch.toml");
-    std::fs::write(
-        &config,
-        "[catalog]\npaths = [\"cat\"]\ncache = false\n[tools.toolSearch]\ncodeTimeoutMs = 4000\n",
-    )
-    .unwrap();
+    let config = catalog_of(dir.path(), &tools, 4000);
     let mut server = RawStdio::start(dir.path(), Some(&config), &[]);
     server.initialize();
     // Random a/b: on a repeating text the DFA's cache would hold.

@@ -345,8 +345,8 @@ mod tests {
                 .any(|l| l.starts_with("State:") && l.contains('Z'))
     }
 
-    #[tokio::test]
-    async fn killing_the_group_kills_what_the_leader_started() {
+    /// A leader that started a `sleep` in its group, and the sleep's pid.
+    async fn leader_with_a_child() -> (Leader, i32) {
         let mut leader = Leader::spawn(&mut shell("sleep 30 & echo $!; wait")).unwrap();
         let (_, stdout, _) = leader.take_stdio();
         let mut line = String::new();
@@ -356,7 +356,12 @@ mod tests {
         )
         .await
         .unwrap();
-        let grandchild: i32 = line.trim().parse().unwrap();
+        (leader, line.trim().parse().unwrap())
+    }
+
+    #[tokio::test]
+    async fn killing_the_group_kills_what_the_leader_started() {
+        let (mut leader, grandchild) = leader_with_a_child().await;
         let group = leader.group().clone();
         assert!(group.id().is_some());
         let status = leader.kill_and_reap().await.unwrap();
@@ -375,16 +380,7 @@ mod tests {
     /// group killed as the host exits.
     #[tokio::test]
     async fn a_group_whose_leader_is_never_dropped_is_killed_at_exit() {
-        let mut leader = Leader::spawn(&mut shell("sleep 30 & echo $!; wait")).unwrap();
-        let (_, stdout, _) = leader.take_stdio();
-        let mut line = String::new();
-        tokio::io::AsyncBufReadExt::read_line(
-            &mut tokio::io::BufReader::new(stdout.unwrap()),
-            &mut line,
-        )
-        .await
-        .unwrap();
-        let grandchild: i32 = line.trim().parse().unwrap();
+        let (leader, grandchild) = leader_with_a_child().await;
         let named = Arc::downgrade(&leader.group().0);
         assert!(
             LED.lock().iter().any(|g| g.ptr_eq(&named)),
