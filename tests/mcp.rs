@@ -520,7 +520,22 @@ fn a_request_with_a_lone_surrogate_is_answered_over_stdio_and_http() {
             "[".repeat(200),
             "]".repeat(200)
         );
+        let nested = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        // Read for an id in its first value only, and only a request's string or `i64` id
+        // (front round 33 F4: a second object's id, a 30-digit id rounded, an answer's).
         let beyond: std::collections::HashMap<Vec<u8>, Value> = [
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":16,"method":"ping","params":{{"x":{nested}}}}}{{"id":17}}"#).into_bytes(),
+                json!(16),
+            ),
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping","params":{{"x":{nested}}}}}"#).into_bytes(),
+                Value::Null,
+            ),
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":13,"result":{{"x":{nested}}}}}"#).into_bytes(),
+                Value::Null,
+            ),
             (deep.into_bytes(), json!("deep")),
             (
                 br#"{"jsonrpc":"2.0","id":8,"method":"ping","params":{"n":1e999}}"#.to_vec(),

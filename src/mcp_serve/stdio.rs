@@ -114,12 +114,24 @@ pub(super) fn beyond_serde(e: &serde_json::Error) -> bool {
     text.contains("recursion limit") || text.contains("out of range")
 }
 
-/// The id a line JSON cannot read states at its top level, as its text is scanned (the
-/// id of a request nested or numbered past serde's reach, which is answered under it).
+/// The id a request JSON cannot read states at its top level, as its text is scanned (a
+/// request nested or numbered past serde's reach is answered under it): read in the first
+/// value only, and only the id of a request (it names a method; an answer is not
+/// answered) that rmcp could answer under, a string or an `i64` — what [`answerable`]
+/// reads of a message serde can read (front round 33 F4: an id from a second object, a
+/// 30-digit id answered rounded, an answer answered).
 pub(super) fn scanned_id(line: &[u8]) -> Option<Value> {
     let mut scan = IdScan::default();
-    scan.feed(line);
-    scan.id()
+    for &b in line {
+        scan.byte(b);
+        if scan.depth == 0 && matches!(b, b'}' | b']') {
+            break;
+        }
+    }
+    if !scan.method || scan.answer {
+        return None;
+    }
+    scan.id().filter(|id| id.is_string() || id.is_i64())
 }
 
 /// The id of a request (it names a method) that rmcp could answer under: a string, or an
@@ -411,11 +423,17 @@ pub fn filtered(
                 None => reads(&line),
                 Some(_) => Reads::Nothing,
             };
-            let mut request_id = None;
+            // The id to answer under, when known better than the scan of the line read
+            // (`None` inside: no answer).
+            let mut request_id: Option<Option<Value>> = None;
             let reason = match &reading {
-                Reads::Unreadable(Some(why)) => Some(format!("the request is not read: {why}")),
+                Reads::Unreadable(Some(why)) => {
+                    // Under no id rather than one the scan misread (see [`scanned_id`]).
+                    request_id = Some(scanned_id(&line));
+                    Some(format!("the request is not read: {why}"))
+                }
                 Reads::Refused(id, why) => {
-                    request_id = Some(id.clone());
+                    request_id = Some(Some(id.clone()));
                     Some(why.clone())
                 }
                 _ => reason,
@@ -434,7 +452,8 @@ pub fn filtered(
                 }
                 Some(reason) => {
                     tracing::warn!("mcp serve: a request refused: {reason}");
-                    match refused_request(request_id.take().or_else(|| id.id()), &reason) {
+                    let answer_id = request_id.take().unwrap_or_else(|| id.id());
+                    match refused_request(answer_id, &reason) {
                         Some(request) => {
                             account(reads(request.trim_end().as_bytes()), &in_flight).await;
                             writer.write_all(request.as_bytes()).await
