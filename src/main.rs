@@ -228,6 +228,13 @@ fn main() -> ExitCode {
             check: QaCheck::ToolSearchGatewayE2e { json, .. },
         } => *json,
     };
+    let serves = matches!(
+        cli.command,
+        Command::Gateway { .. } | Command::MockProvider { .. } | Command::Mcp { .. }
+    );
+    if !serves && let Ok(runtime) = toolsearch::host::runtime() {
+        toolsearch::signals::one_shot_ends_on_signals(runtime);
+    }
     match run(cli) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(out)) => {

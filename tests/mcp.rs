@@ -877,20 +877,25 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
         "[catalog]\npaths = []\n[mcp.servers.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
     ));
     // A one-shot command's hub is often let go last by a task of the upstream runtime,
-    // after `main` has returned: its stubborn member outlived 12 of 20 release runs.
+    // after `main` has returned: its stubborn member outlived 12 of 20 release runs. A
+    // one-shot command stopped by a signal, and a server stopped by SIGHUP, died alone
+    // (front round 33 F1, F2).
     for how in [
         "catalog",
         "catalog",
         "catalog",
         "serve-sigterm",
+        "serve-sighup",
         "stdio-sigterm",
+        "oneshot-sigint",
+        "oneshot-sighup",
     ] {
         match how {
             "catalog" => {
                 let (code, _, all) = toolsearch(&config, &["catalog", "--json"]);
                 assert_eq!(code, 0, "{all}");
             }
-            "serve-sigterm" => {
+            "serve-sigterm" | "serve-sighup" => {
                 let (mut serve, _url) =
                     start_server(&config, &["mcp", "serve", "--listen", "127.0.0.1:0"]);
                 assert!(
@@ -898,9 +903,42 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
                     "the member never started"
                 );
                 let pid = serve.0.id().to_string();
-                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let signal = if how == "serve-sigterm" {
+                    "-TERM"
+                } else {
+                    "-HUP"
+                };
+                let _ = Command::new("kill").args([signal, &pid]).status();
                 let status = serve.0.wait().unwrap();
                 assert!(status.success(), "{how}: {status}");
+            }
+            "oneshot-sigint" | "oneshot-sighup" => {
+                let mut run = Guard(
+                    Command::new(BIN)
+                        .arg("--config")
+                        .arg(&config)
+                        .args(["code", "--timeout-ms", "60000"])
+                        .arg("const t = Date.now(); while (Date.now() - t < 30000) {} return 1")
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .unwrap(),
+                );
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while processes_with(&marker).is_empty() {
+                    assert!(Instant::now() < deadline, "the member never started");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                let (signal, code) = if how == "oneshot-sigint" {
+                    ("-INT", 130)
+                } else {
+                    ("-HUP", 129)
+                };
+                let pid = run.0.id().to_string();
+                let _ = Command::new("kill").args([signal, &pid]).status();
+                let status = run.0.wait().unwrap();
+                assert_eq!(status.code(), Some(code), "{how}: {status}");
             }
             _ => {
                 let mut serve = Guard(

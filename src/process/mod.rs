@@ -108,9 +108,14 @@ pub struct GroupsDieWithHost;
 
 impl Drop for GroupsDieWithHost {
     fn drop(&mut self) {
-        let led: Vec<_> = LED.lock().drain(..).collect();
-        kill_every(led);
+        kill_every_group();
     }
+}
+
+/// Kills every process group this process still leads (it is about to exit).
+pub fn kill_every_group() {
+    let led: Vec<_> = LED.lock().drain(..).collect();
+    kill_every(led);
 }
 
 /// Kills each group still named: a reaped leader's name is `None` (its group is gone, and
