@@ -61,8 +61,8 @@ struct Compiled {
 }
 
 enum Way {
-    /// The validator, or why the schema does not compile, and the subschemas the schema
-    /// stands for once expanded.
+    /// The validator, or why the schema does not compile, and the work it costs each part
+    /// of a value ([`checker::light`]).
     Here(std::result::Result<jsonschema::Validator, String>, usize),
     Checker {
         key: String,
@@ -75,8 +75,8 @@ impl Compiled {
     fn way(&self) -> &Way {
         self.way.get_or_init(|| {
             let schema = self.schema.value();
-            if let Some(nodes) = checker::light(&schema) {
-                Way::Here(compile(&schema), nodes)
+            if let Some(work) = checker::light(&schema) {
+                Way::Here(compile(&schema), work)
             } else {
                 Way::Checker {
                     key: checker::key_of(self.schema.as_str()),
@@ -113,10 +113,11 @@ impl Validators {
     ) -> (Value, Result<()>) {
         let compiled = self.compiled(catalog, entry);
         // A light schema already compiled, and a few values: checked here, in
-        // microseconds (subschemas times values at most [`INLINE_WORK`]), without the hop
-        // to the blocking pool and back, which cost 20 µs a call.
-        if let Some(Way::Here(Ok(validator), nodes)) = compiled.way.get()
-            && few_values(&args, &mut (INLINE_WORK / (*nodes).max(1)))
+        // microseconds (the schema's work times the value's values at most
+        // [`INLINE_WORK`]), without the hop to the blocking pool and back, which cost 20 µs
+        // a call.
+        if let Some(Way::Here(Ok(validator), work)) = compiled.way.get()
+            && few_values(&args, &mut (INLINE_WORK / (*work).max(1)))
         {
             let result = listed(validator, &entry.id, &args);
             return (args, result);
@@ -199,10 +200,11 @@ impl Validators {
     }
 }
 
-/// The work a check on the polling worker may cost: the schema's subschemas times the
-/// value's values (objects, arrays and scalars, all counted), each string counted once
-/// more for every 64 bytes of it (a light schema reads a string in one pass, once a
-/// subschema at most). 64 values against a 16-subschema schema, or fewer against more.
+/// The work a check on the polling worker may cost: the schema's work a part of a value
+/// ([`checker::light`]: subschemas, enum options) times the value's values (objects,
+/// arrays and scalars, all counted), each string counted once more for every 64 bytes of
+/// it (a light schema reads a string in one pass, once a subschema at most). 64 values
+/// against a 16-subschema schema, or fewer against more.
 const INLINE_WORK: usize = 1024;
 
 /// Whether `v` is within `left` values (see [`INLINE_WORK`]); counts it down.
