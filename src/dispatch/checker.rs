@@ -342,7 +342,7 @@ fn start() -> Result<Worker, String> {
 pub fn serve() -> std::io::Result<()> {
     let mut input = std::io::stdin().lock();
     let mut output = std::io::stdout().lock();
-    let mut kept: HashMap<String, std::result::Result<jsonschema::Validator, String>> =
+    let mut kept: HashMap<String, std::result::Result<(jsonschema::Validator, usize), String>> =
         HashMap::new();
     let mut line = Vec::new();
     loop {
@@ -364,7 +364,7 @@ pub fn serve() -> std::io::Result<()> {
 }
 
 fn answer(
-    kept: &mut HashMap<String, std::result::Result<jsonschema::Validator, String>>,
+    kept: &mut HashMap<String, std::result::Result<(jsonschema::Validator, usize), String>>,
     ask: Asked,
 ) -> Answer {
     if !kept.contains_key(&ask.key) {
@@ -376,12 +376,17 @@ fn answer(
         }
         let compiled = serde_json::from_str::<Value>(&text)
             .map_err(|e| e.to_string())
-            .and_then(|schema| super::validate::compile(&schema));
+            .and_then(|schema| {
+                // What listing its failures costs a part of a value (the loader bounded it).
+                let work =
+                    schema_cost::expanded_nodes(&schema).unwrap_or(schema_cost::MAX_EXPANDED_NODES);
+                Ok((super::validate::compile(&schema)?, work))
+            });
         kept.insert(ask.key.clone(), compiled);
     }
     match kept.get(&ask.key) {
-        Some(Ok(validator)) => {
-            let errors = super::validate::failures(validator, &ask.args);
+        Some(Ok((validator, work))) => {
+            let errors = super::validate::failures(validator, &ask.args, *work);
             if errors.is_empty() {
                 Answer::Valid
             } else {

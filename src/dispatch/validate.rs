@@ -119,7 +119,7 @@ impl Validators {
         if let Some(Way::Here(Ok(validator), work)) = compiled.way.get()
             && few_values(&args, &mut (INLINE_WORK / (*work).max(1)))
         {
-            let result = listed(validator, &entry.id, &args);
+            let result = listed(validator, &entry.id, &args, *work);
             return (args, result);
         }
         let id = entry.id.clone();
@@ -131,8 +131,8 @@ impl Validators {
         };
         let here = Arc::clone(&compiled);
         let checked = offload(Lane::Check, turns, move || match here.way() {
-            Way::Here(Ok(validator), _) => {
-                let result = listed(validator, &id, &args);
+            Way::Here(Ok(validator), work) => {
+                let result = listed(validator, &id, &args, *work);
                 (args, Some(result))
             }
             Way::Here(Err(message), _) => (
@@ -225,8 +225,8 @@ fn few_values(v: &Value, left: &mut usize) -> bool {
 }
 
 /// `Ok` when `args` satisfy `validator`, else every failure with its JSON pointer.
-fn listed(validator: &jsonschema::Validator, id: &str, args: &Value) -> Result<()> {
-    let errors = failures(validator, args);
+fn listed(validator: &jsonschema::Validator, id: &str, args: &Value, work: usize) -> Result<()> {
+    let errors = failures(validator, args, work);
     if errors.is_empty() {
         return Ok(());
     }
@@ -238,26 +238,66 @@ fn listed(validator: &jsonschema::Validator, id: &str, args: &Value) -> Result<(
 
 /// Each way `args` fail `validator`, with its JSON pointer: at most [`MAX_LISTED`], the
 /// rest counted in a last line. Empty when they satisfy it.
-pub(super) fn failures(validator: &jsonschema::Validator, args: &Value) -> Vec<String> {
+///
+/// The first failure is found by a check that stops at it. Every failure is listed only
+/// when the schema's work a part of a value (`work`: its subschemas, and enum options for
+/// a light one) times the value's parts is at most [`LISTING_WORK`]: jsonschema builds
+/// every failure before the first is read, and 250 `false` subschemas against 49,000
+/// numbers built 12 million of them, 4.5 GB in 9 s, on a thread nothing could stop
+/// (sandbox round 43 F1). Each failure's text is cut at [`MAX_FAILURE_CHARS`] (a failed
+/// `const` quotes the whole constant).
+pub(super) fn failures(
+    validator: &jsonschema::Validator,
+    args: &Value,
+    work: usize,
+) -> Vec<String> {
+    let shown = |e: &jsonschema::ValidationError<'_>| {
+        let pointer = e.instance_path().to_string();
+        let at = if pointer.is_empty() { "/" } else { &pointer };
+        cut(format!("{at}: {e}"), MAX_FAILURE_CHARS)
+    };
+    let first = match validator.validate(args) {
+        Ok(()) => return Vec::new(),
+        Err(e) => shown(&e),
+    };
+    if !few_values(args, &mut (LISTING_WORK / work.max(1))) {
+        return vec![
+            first,
+            "... and maybe more (the arguments are too large to list every failure)".into(),
+        ];
+    }
     let mut errors: Vec<String> = Vec::new();
     let mut more = 0;
     for e in validator.iter_errors(args) {
         if errors.len() < MAX_LISTED {
-            let pointer = e.instance_path().to_string();
-            let at = if pointer.is_empty() {
-                "/".to_string()
-            } else {
-                pointer
-            };
-            errors.push(format!("{at}: {e}"));
+            errors.push(shown(&e));
         } else {
             more += 1;
         }
+    }
+    if errors.is_empty() {
+        // A failure the listing does not repeat (it reads the value another way).
+        errors.push(first);
     }
     if more > 0 {
         errors.push(format!("... and {more} more"));
     }
     errors
+}
+
+/// The most work listing every failure may cost (see [`failures`]): a few milliseconds.
+const LISTING_WORK: usize = 16_384;
+
+/// The longest text of one failure.
+const MAX_FAILURE_CHARS: usize = 1_000;
+
+/// `text` cut at `max` characters, marked when cut.
+fn cut(mut text: String, max: usize) -> String {
+    if let Some((at, _)) = text.char_indices().nth(max) {
+        text.truncate(at);
+        text.push('…');
+    }
+    text
 }
 
 /// Checks the arguments of a tool the host itself declares (the surface's control tools,
@@ -268,12 +308,40 @@ pub fn check_declared(name: &str, schema: &Value, args: &Value) -> Result<()> {
         id: name.to_string(),
         message: e.to_string(),
     })?;
-    listed(&validator, name, args)
+    // Fixed and small: a few dozen subschemas at most.
+    listed(&validator, name, args, 64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value failing every subschema is not listed failure by failure past the listing
+    /// work: its first failure is (and each failure's text is cut).
+    #[test]
+    fn a_large_failing_value_lists_its_first_failure_only() {
+        let schema =
+            serde_json::json!({"properties": {"a": {"items": {"allOf": vec![false; 100]}}}});
+        let validator = compile(&schema).unwrap();
+        let small = failures(&validator, &serde_json::json!({"a": [0, 0]}), 102);
+        assert_eq!(small.len(), MAX_LISTED + 1, "{small:?}");
+        assert!(
+            small[MAX_LISTED].starts_with("... and 190 more"),
+            "{small:?}"
+        );
+        let large = failures(&validator, &serde_json::json!({"a": vec![0; 49_000]}), 102);
+        assert_eq!(large.len(), 2, "{large:?}");
+        assert!(large[0].starts_with("/a/0: "), "{large:?}");
+        assert!(large[1].contains("too large to list"), "{large:?}");
+        let constant = compile(&serde_json::json!({"const": "x".repeat(5000)})).unwrap();
+        let long = failures(&constant, &serde_json::json!("y"), 1);
+        assert!(
+            long[0].chars().count() <= MAX_FAILURE_CHARS + 1,
+            "{}",
+            long[0].len()
+        );
+        assert!(failures(&validator, &serde_json::json!({"a": []}), 102).is_empty());
+    }
 
     #[test]
     fn only_a_few_short_values_are_checked_on_the_worker() {
