@@ -981,6 +981,53 @@ fn a_server_group_member_that_ignores_sigterm_is_killed_with_the_host() {
     }
 }
 
+/// A one-shot command signalled while it starts its servers leaves none of their groups
+/// behind: a group being started when the signal's handler killed the listed ones, or a
+/// leader whose parent exited before it asked for the parent-death signal, lived on (front
+/// round 34 F1: 8 of 300 runs signalled in their first 12 ms).
+#[test]
+fn a_one_shot_command_signalled_as_it_starts_leaves_no_group() {
+    let marker = format!("early-{}", std::process::id());
+    let script = format!(
+        "node -e 'process.on(\"SIGTERM\", () => {{}}); setInterval(() => {{}}, 1000)' {marker} & exec node {} stdio",
+        everything()
+    );
+    let (_dir, config) = config_with(&format!(
+        "[catalog]\npaths = []\n[mcp.servers.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n"
+    ));
+    for i in 0..200u64 {
+        let mut run = Guard(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(&config)
+                .arg("catalog")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // Spread over the command's first milliseconds, where it starts the server.
+        std::thread::sleep(Duration::from_micros(i % 100 * 150));
+        let pid = run.0.id().to_string();
+        let signal = ["-INT", "-TERM", "-HUP"][i as usize % 3];
+        let _ = Command::new("kill").args([signal, &pid]).status();
+        let _ = run.0.wait();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&marker).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = processes_with(&marker);
+    for p in &left {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    assert!(
+        left.is_empty(),
+        "{} group members outlived their host",
+        left.len()
+    );
+}
+
 #[test]
 fn mcp_serve_listens_on_loopback_only() {
     let (_dir, config) = config_with("");

@@ -84,6 +84,9 @@ pub struct BarrierStatus {
 pub struct Prepared {
     setsid: bool,
     pdeathsig: bool,
+    /// This process, the child's parent: the child checks it still is once its
+    /// parent-death signal is set.
+    parent: libc::pid_t,
     no_new_privs: bool,
     unshare_flags: Option<libc::c_int>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
@@ -279,6 +282,7 @@ impl Plan {
         Ok(Prepared {
             setsid: b.setsid,
             pdeathsig: b.parent_death_signal,
+            parent: crate::process::this_process(),
             no_new_privs: b.no_new_privs,
             unshare_flags,
             tasks: unshare_flags.map(|_| r.tasks),
@@ -413,7 +417,7 @@ impl Prepared {
                 return Err(std::io::Error::last_os_error());
             }
             if self.pdeathsig {
-                crate::process::die_with_parent()?;
+                crate::process::die_with_parent(self.parent)?;
             }
             if self.no_new_privs {
                 check(libc::prctl(

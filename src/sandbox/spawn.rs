@@ -244,12 +244,14 @@ impl Sandbox {
             .map_err(|e| SandboxError::new("unavailable", format!("socketpair: {e}")))?;
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
+        let starting = crate::process::starting();
         let process = cmd
             .spawn()
             .map_err(|e| SandboxError::new("unavailable", format!("cannot start node: {e}")))?;
         drop(child_end);
         // The barriers made it a group leader (setsid).
         let mut process = Leader::adopt(process);
+        drop(starting);
         parent
             .set_nonblocking(true)
             .map_err(|e| SandboxError::new("unavailable", e.to_string()))?;
