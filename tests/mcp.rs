@@ -2064,6 +2064,28 @@ fn a_check_that_costs_hours_is_stopped_and_keeps_no_other_call_waiting() {
     ));
     let after = value(&server.next());
     assert_eq!(after["value"], "invalid-arguments", "{after}");
+    // An idle checker that dies (killed, out of memory) is let go, not asked: the next
+    // check gets a fresh one (front round 34 F4: it failed on the dead one's pipe).
+    let server_pid = server.child.id().to_string();
+    let checkers: Vec<u32> = processes_with("internal-schema-checker")
+        .into_iter()
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after_name.split_whitespace().nth(1) == Some(server_pid.as_str())
+        })
+        .collect();
+    assert!(!checkers.is_empty(), "no idle checker");
+    for p in &checkers {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    server.send(&run(
+        15,
+        "return await openclaw.tools.call('costly', {a: ['b']}).then(() => 'ran', (e) => e.code);",
+    ));
+    let again = value(&server.next());
+    assert_eq!(again["value"], "invalid-arguments", "{again}");
     drop(server);
     // Without a run's deadline, the check's own budget stops it.
     let arg = json!({"a": [(0..60000u64).scan(7u64, |x, _| {

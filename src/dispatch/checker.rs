@@ -204,9 +204,12 @@ pub(super) async fn check(
     schema: &str,
     args: &Value,
 ) -> Result<std::result::Result<(), CheckFailure>, Failed> {
-    // One that has this schema compiled already, if any is idle.
+    // One that has this schema compiled already, if any is idle; one that died idle (out
+    // of memory, killed) is let go, not asked (front round 34 F4: the next call failed on
+    // its closed pipe).
     let worker = {
         let mut idle = idle().lock();
+        idle.retain_mut(|w| w.leader.running());
         let at = idle
             .iter()
             .position(|w| w.known.contains(key))
