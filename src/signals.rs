@@ -1,5 +1,5 @@
-//! Stopping long-lived hosts (the gateway, `mcp serve`, the mock provider) and one-shot
-//! commands on SIGINT, SIGTERM or SIGHUP.
+//! Stopping long-lived hosts (the gateway, `mcp serve`, the mock provider) on SIGINT,
+//! SIGTERM or SIGHUP, and one-shot commands on those and SIGQUIT.
 
 /// SIGINT, SIGTERM or SIGHUP (a closed terminal or ssh session; with its default action
 /// the host died without stopping its servers' groups: front round 33 F2), each unless the
@@ -32,9 +32,9 @@ pub fn shutdown() -> impl std::future::Future<Output = ()> + Send + 'static {
     }
 }
 
-/// For a one-shot command (`catalog`, `call`, `code`, ...): on SIGINT, SIGTERM or SIGHUP,
-/// every process group it leads is killed and it exits as the signal would have ended it
-/// (128 + the signal's number). With the default action the process died alone: its
+/// For a one-shot command (`catalog`, `call`, `code`, ...): on SIGINT, SIGTERM, SIGHUP or
+/// SIGQUIT, every process group it leads is killed and it exits as the signal would have
+/// ended it (128 + the signal's number). With the default action the process died alone: its
 /// children's leaders followed by the parent-death signal, but what they had started (an
 /// MCP server's own children) lived on. Servers stop on these signals their own way. A
 /// signal this process was started ignoring (`nohup`, a background job of a script) stays
@@ -46,6 +46,8 @@ pub fn one_shot_ends_on_signals(runtime: &tokio::runtime::Runtime) {
         (SignalKind::interrupt(), libc::SIGINT),
         (SignalKind::terminate(), libc::SIGTERM),
         (SignalKind::hangup(), libc::SIGHUP),
+        // Ctrl-\ reaches only this process: its children lead their own groups.
+        (SignalKind::quit(), libc::SIGQUIT),
     ] {
         if ignored(number) {
             continue;
